@@ -1,0 +1,74 @@
+"""A typed, low-level connection to the gateway: send protocol messages, receive events.
+
+This is the layer the higher-level SDK builds on; tests and tools use it to speak
+the protocol exactly. Events of types this version does not know are skipped, as
+the protocol asks of clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from gateway.protocol import SUBPROTOCOL, ClientMsg, Outbound, decode_server, encode
+
+__all__ = ["Connection", "connect_raw"]
+
+
+class Connection:
+    """One open socket to ``/v1/realtime``."""
+
+    def __init__(self, websocket: ClientConnection) -> None:
+        self.websocket = websocket
+
+    async def send(self, msg: ClientMsg) -> None:
+        """Send one protocol message."""
+        await self.websocket.send(encode(msg).decode())
+
+    async def send_raw(self, data: str | bytes) -> None:
+        """Send a frame as is (text for ``str``, binary for ``bytes``)."""
+        await self.websocket.send(data)
+
+    async def recv(self, within: float = 10.0) -> Outbound:
+        """The next event the client understands.
+
+        Raises:
+            TimeoutError: nothing arrived in ``within`` seconds.
+            websockets.ConnectionClosed: the socket closed.
+        """
+        async with asyncio.timeout(within):
+            while True:
+                frame = await self.websocket.recv()
+                try:
+                    return decode_server(frame)
+                except msgspec.ValidationError:
+                    continue  # an event type newer than this client: skip it
+
+    async def recv_until(
+        self, stop: Callable[[Outbound], bool], within: float = 10.0
+    ) -> list[Outbound]:
+        """Receive events up to and including the first for which ``stop`` is true."""
+        events: list[Outbound] = []
+        async with asyncio.timeout(within):
+            while True:
+                event = await self.recv(within=within)
+                events.append(event)
+                if stop(event):
+                    return events
+
+    async def close(self) -> None:
+        await self.websocket.close()
+
+
+@asynccontextmanager
+async def connect_raw(url: str, **kwargs: Any) -> AsyncIterator[Connection]:
+    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets)."""
+    kwargs.setdefault("subprotocols", [SUBPROTOCOL])
+    async with websockets.connect(url, **kwargs) as websocket:
+        yield Connection(websocket)

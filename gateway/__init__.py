@@ -1,0 +1,5 @@
+"""Realtime WebSocket conversation gateway."""
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"

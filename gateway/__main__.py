@@ -1,0 +1,87 @@
+"""Command line: ``gateway serve`` (flags mirror Config) and ``gateway schema``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import structlog
+import uvicorn
+
+from gateway.app import create_app
+from gateway.config import Config, from_env
+from gateway.errors import ConfigError
+from gateway.logging import configure_logging
+from gateway.protocol import protocol_schema
+
+__all__ = ["main"]
+
+
+def _flag_type(annotation: object) -> typing.Callable[[str], object]:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if args else annotation
+    if base in (int, float):
+        return typing.cast(typing.Callable[[str], object], base)
+    return str
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="Realtime conversation gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    hints = typing.get_type_hints(Config)
+    for field in msgspec.structs.fields(Config):
+        serve.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            dest=field.name,
+            type=_flag_type(hints[field.name]),
+            default=None,
+            help=f"(default: {field.default!r}; env GATEWAY_{field.name.upper()})",
+        )
+    schema = commands.add_parser("schema", help="print the protocol's JSON Schema")
+    schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "schema":
+        text = json.dumps(protocol_schema(), indent=2, sort_keys=True) + "\n"
+        if args.output:
+            args.output.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    overrides = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        config = from_env(**overrides)
+        configure_logging(config.log_level)
+        app = create_app(config)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    structlog.get_logger("gateway").info(
+        "gateway_starting", host=config.host, port=config.port, agent=config.agent or "demo"
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            ws="websockets-sansio",
+            ws_max_size=config.ws_max_size,
+            log_config=None,
+            lifespan="off",
+        )
+    )
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""Agent definitions: a TOML file naming the instructions, model and tools.
+
+A bad file fails at startup with the file, the tool and the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gateway.errors import ConfigError
+from gateway.providers import ModelSettings, create_provider
+from gateway.providers.base import Provider
+from gateway.tools import ServerTool, ToolDef, ToolRegistry, default_display_name
+
+__all__ = ["DEMO_AGENT", "Agent", "load_agent"]
+
+DEMO_AGENT = Path(__file__).parent / "demo" / "agent.toml"
+
+
+class ClientFunctionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    description: str
+    input_schema: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    output_schema: dict[str, Any] | None = None
+    display_name: str | None = None
+    timeout: float | None = None
+
+
+class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ref: str
+    """``package.module:name`` or ``file.py:name`` (relative to the agent file)."""
+    timeout: float | None = None
+
+
+class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    instructions: str = ""
+    model: ModelSettings = ModelSettings()
+    server_tools: list[ServerToolEntry] = []
+    client_functions: list[ClientFunctionEntry] = []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent:
+    """A loaded, checked agent, ready to serve sessions."""
+
+    name: str
+    instructions: str
+    tools: ToolRegistry
+    server_tools: dict[str, ServerTool]
+    provider: Provider
+
+
+def _import_tool(ref: str, base_dir: Path) -> object:
+    module_name, _, attr = ref.partition(":")
+    if not attr:
+        raise ConfigError(f"server tool {ref!r}: expected 'module:name' or 'file.py:name'")
+    try:
+        if module_name.endswith(".py"):
+            path = base_dir / module_name
+            spec = importlib.util.spec_from_file_location(f"_agent_tools_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ConfigError(f"server tool {ref!r}: cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except (ImportError, OSError, SyntaxError) as exc:
+        raise ConfigError(f"server tool {ref!r}: cannot import: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise ConfigError(f"server tool {ref!r}: {module_name} has no {attr!r}") from exc
+
+
+def load_agent(path: Path, *, pace: float | None = None) -> Agent:
+    """Load and check an agent file.
+
+    Args:
+        path: the agent TOML file.
+        pace: scripted model only: seconds between words, overriding the files.
+
+    Raises:
+        ConfigError: naming the file, the tool and the reason.
+    """
+    try:
+        spec = msgspec.toml.decode(path.read_bytes(), type=AgentFile)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        server_tools: dict[str, ServerTool] = {}
+        for entry in spec.server_tools:
+            found = _import_tool(entry.ref, path.parent)
+            if not isinstance(found, ServerTool):
+                raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
+            server_tools[found.definition.name] = found.with_options(timeout=entry.timeout)
+        client_defs = [
+            ToolDef(
+                name=fn.name,
+                description=fn.description,
+                kind="client",
+                input_schema=fn.input_schema,
+                output_schema=fn.output_schema,
+                display_name=fn.display_name or default_display_name(fn.name),
+                timeout=fn.timeout,
+            )
+            for fn in spec.client_functions
+        ]
+        tools = ToolRegistry([*(t.definition for t in server_tools.values()), *client_defs])
+        provider = create_provider(spec.model, base_dir=path.parent, pace=pace)
+        if len(tools) and not provider.capabilities.tools:
+            names = ", ".join(d.name for d in tools.definitions())
+            raise ConfigError(
+                f"model: provider {provider.name!r} cannot call tools, but the agent has: {names}"
+            )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return Agent(
+        name=spec.name,
+        instructions=spec.instructions.strip(),
+        tools=tools,
+        server_tools=server_tools,
+        provider=provider,
+    )

@@ -1,0 +1,60 @@
+"""Gateway configuration: one frozen Struct, read from flags or ``GATEWAY_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+import msgspec
+
+from gateway.errors import ConfigError
+
+__all__ = ["Config", "from_env"]
+
+_ENV_PREFIX = "GATEWAY_"
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything the gateway can be told at startup. Each field has a CLI flag."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    agent: str | None = None
+    """Path to an agent TOML file; ``None`` serves the bundled demo agent."""
+    ws_max_size: int = 2**20
+    """Largest inbound WebSocket frame in bytes; bigger frames close the socket with 1009."""
+    max_message_chars: int = 32_000
+    """Longest ``user.message`` text, in characters."""
+    max_queued_messages: int = 8
+    """User messages that may wait behind a running response before ``busy``."""
+    max_steps: int = 8
+    """Model steps (calls to the model) allowed in one response."""
+    client_call_timeout: float = 30.0
+    """Seconds a client has to answer a client-function call that sets no timeout."""
+    server_tool_timeout: float = 30.0
+    """Seconds a server tool may run when its definition sets no timeout."""
+    scripted_pace: float | None = None
+    """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:
+    """Build a Config from ``GATEWAY_*`` variables, then ``overrides`` (CLI flags).
+
+    An unknown ``GATEWAY_*`` variable is an error, so a typo fails at startup.
+
+    Raises:
+        ConfigError: a variable is unknown or has a value of the wrong type.
+    """
+    env = os.environ if environ is None else environ
+    raw: dict[str, object] = {
+        key[len(_ENV_PREFIX) :].lower(): value
+        for key, value in env.items()
+        if key.startswith(_ENV_PREFIX)
+    }
+    raw.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return msgspec.convert(raw, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc

@@ -1,0 +1,93 @@
+"""Error tree and close codes shared by the gateway and its clients.
+
+Every error carries the wire ``code`` it is reported with and the WebSocket close
+code used when it ends the connection.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+__all__ = [
+    "CloseCode",
+    "ConfigError",
+    "ErrorCode",
+    "GatewayError",
+    "LimitExceeded",
+    "ProtocolViolation",
+    "ProviderError",
+    "ToolError",
+]
+
+ErrorCode = Literal[
+    "invalid_message",
+    "unknown_type",
+    "busy",
+    "unknown_call",
+    "invalid_result",
+    "tool_timeout",
+    "provider_error",
+    "rate_limited",
+    "unauthorized",
+    "forbidden_origin",
+    "message_too_large",
+    "resume_gap",
+    "session_expired",
+    "max_steps_exceeded",
+    "internal",
+]
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes the gateway uses (RFC 6455 ones and ours, 4000-4999)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    POLICY = 1008
+    TOO_BIG = 1009
+    INTERNAL = 1011  # our bug; never carries a reason
+    SERVICE_RESTART = 1012
+    TRY_AGAIN = 1013
+    UNAUTHORIZED = 4001
+    UNKNOWN_SESSION = 4004
+    SESSION_EXPIRED = 4008
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    code: ErrorCode = "internal"
+    close_code: CloseCode = CloseCode.INTERNAL
+    retryable: bool = False
+
+
+class ProtocolViolation(GatewayError):
+    """The peer broke the protocol in a way that ends the connection."""
+
+    code: ErrorCode = "invalid_message"
+    close_code = CloseCode.POLICY
+
+
+class LimitExceeded(GatewayError):
+    """The peer went over a size limit that ends the connection."""
+
+    code: ErrorCode = "message_too_large"
+    close_code = CloseCode.TOO_BIG
+
+
+class ProviderError(GatewayError):
+    """The model provider failed; the response ends, the session goes on."""
+
+    code: ErrorCode = "provider_error"
+    retryable = True
+
+
+class ToolError(GatewayError):
+    """A tool failed; the message becomes the tool's error result."""
+
+    code: ErrorCode = "internal"
+
+
+class ConfigError(GatewayError):
+    """The gateway's configuration (agent file, scenario, flags) is invalid."""

@@ -1,0 +1,328 @@
+"""Wire protocol v1: every message as a msgspec Struct, and the decoders.
+
+Client messages are strict (unknown fields are rejected); server messages are
+lenient (clients skip fields they do not know), so the server can grow without
+breaking old clients. ``docs/protocol.md`` documents each message with an example.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = [
+    "CLIENT_MESSAGE_TYPES",
+    "PROTOCOL_VERSION",
+    "SUBPROTOCOL",
+    "CallStatus",
+    "ClientCall",
+    "ClientMsg",
+    "DecodeFailure",
+    "Error",
+    "Inbound",
+    "Limits",
+    "Outbound",
+    "Ping",
+    "Pong",
+    "ResponseCancel",
+    "ResponseCreated",
+    "ResponseDone",
+    "ResponseStatus",
+    "ServerMsg",
+    "SessionCreated",
+    "SessionStart",
+    "TextDelta",
+    "TextDone",
+    "ToolCalls",
+    "ToolInfo",
+    "ToolResult",
+    "ToolResults",
+    "ToolSpec",
+    "ToolStatus",
+    "Usage",
+    "UserMessage",
+    "decode_client",
+    "decode_server",
+    "encode",
+    "protocol_schema",
+]
+
+PROTOCOL_VERSION = 1
+SUBPROTOCOL = "gateway.v1"
+
+ToolName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
+ClientId = Annotated[str, msgspec.Meta(max_length=128)]
+CallStatus = Literal[
+    "requested", "running", "pending", "progress", "completed", "failed", "cancelled", "expired"
+]
+ResponseStatus = Literal["completed", "cancelled", "failed", "incomplete"]
+
+
+def _object_schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+# --------------------------------------------------------------------- client -> server
+
+
+class ClientMsg(msgspec.Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True):
+    """Client -> server. Strict: unknown fields are an error."""
+
+    id: ClientId | None = None
+    """Optional client-chosen id; an ``error`` caused by this message names it."""
+
+
+class ToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A function the client can run locally, declared in ``session.start``."""
+
+    name: ToolName
+    description: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    input_schema: dict[str, Any] = msgspec.field(default_factory=_object_schema)
+    output_schema: dict[str, Any] | None = None
+    display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+    """Seconds the client has to answer a call; the gateway's default when absent."""
+
+
+class SessionStart(ClientMsg, tag="session.start"):
+    """Open the session; the first message on a new socket."""
+
+    agent: str | None = None
+    instructions: Annotated[str, msgspec.Meta(max_length=32_000)] | None = None
+    """Added after the agent's own instructions for this session."""
+    client_functions: Annotated[list[ToolSpec], msgspec.Meta(max_length=128)] = []
+    metadata: dict[str, Any] = {}
+
+
+class UserMessage(ClientMsg, tag="user.message"):
+    """A user turn. Queued when a response is already running."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ToolResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The answer to one client-function call: exactly one of ``output`` or ``error``."""
+
+    call_id: Annotated[str, msgspec.Meta(max_length=128)]
+    tool: str
+    display_name: str | None = None
+    output: Any = msgspec.UNSET
+    error: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class ToolResults(ClientMsg, tag="tool.results"):
+    """Answers to the calls of a ``tool.calls`` batch (any subset, any order)."""
+
+    results: Annotated[list[ToolResult], msgspec.Meta(min_length=1, max_length=128)]
+
+
+class ResponseCancel(ClientMsg, tag="response.cancel"):
+    """Barge-in: stop the running response (only that one, when ``response_id`` is given)."""
+
+    response_id: str | None = None
+
+
+class Ping(ClientMsg, tag="ping"):
+    """Application-level ping, answered by ``pong`` with the same ``ts``."""
+
+    ts: float | None = None
+
+
+Inbound = SessionStart | UserMessage | ToolResults | ResponseCancel | Ping
+CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
+    str(cls.__struct_config__.tag)
+    for cls in (SessionStart, UserMessage, ToolResults, ResponseCancel, Ping)
+)
+
+
+class DecodeFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """A client frame that did not decode; the session answers it with an ``error``."""
+
+    code: Literal["invalid_message", "unknown_type"]
+    message: str
+    in_reply_to: str | None = None
+
+
+# --------------------------------------------------------------------- server -> client
+
+
+class ServerMsg(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Server -> client. Lenient: clients ignore fields they do not know."""
+
+    seq: int = 0
+    """Strictly increasing from 1 per session; set by the session when sent."""
+
+
+class ToolInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tool of the session, as listed in ``session.created``."""
+
+    name: str
+    kind: Literal["client", "server"]
+    execution: Literal["sync", "async"] = "sync"
+    display_name: str = ""
+    description: str = ""
+
+
+class Limits(msgspec.Struct, kw_only=True):
+    """Limits in force for the session, so a client can stay inside them."""
+
+    max_message_chars: int
+    max_queued_messages: int
+    max_steps: int
+    ws_max_size: int
+    client_call_timeout: float
+
+
+class SessionCreated(ServerMsg, tag="session.created"):
+    session_id: str
+    agent: str
+    protocol_version: int = PROTOCOL_VERSION
+    tools: list[ToolInfo] = []
+    limits: Limits | None = None
+
+
+class ResponseCreated(ServerMsg, tag="response.created"):
+    response_id: str
+    in_reply_to: str | None = None
+
+
+class TextDelta(ServerMsg, tag="text.delta"):
+    response_id: str
+    delta: str
+
+
+class TextDone(ServerMsg, tag="text.done"):
+    response_id: str
+    text: str
+
+
+class ClientCall(msgspec.Struct, kw_only=True):
+    """One client-function call of a ``tool.calls`` batch."""
+
+    call_id: str
+    tool: str
+    display_name: str
+    args: dict[str, Any]
+    deadline: float
+    """Unix time (seconds) by which the result must arrive."""
+    timeout: float
+    """The same deadline as seconds from when the call was made (for skewed clocks)."""
+
+
+class ToolCalls(ServerMsg, tag="tool.calls"):
+    response_id: str
+    calls: list[ClientCall]
+
+
+class ToolStatus(ServerMsg, tag="tool.status"):
+    call_id: str
+    tool: str
+    status: CallStatus
+    response_id: str | None = None
+    result: Any = msgspec.UNSET
+    error: str | None = None
+    duplicate: bool = False
+    """True when this repeats the stored outcome of a call that was already settled."""
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ResponseDone(ServerMsg, tag="response.done"):
+    response_id: str
+    status: ResponseStatus
+    turn_completed: bool = False
+    usage: Usage | None = None
+
+
+class Error(ServerMsg, tag="error"):
+    code: str
+    message: str
+    in_reply_to: str | None = None
+    call_id: str | None = None
+    retryable: bool = False
+    fatal: bool = False
+
+
+class Pong(ServerMsg, tag="pong"):
+    ts: float | None = None
+
+
+Outbound = (
+    SessionCreated
+    | ResponseCreated
+    | TextDelta
+    | TextDone
+    | ToolCalls
+    | ToolStatus
+    | ResponseDone
+    | Error
+    | Pong
+)
+
+# --------------------------------------------------------------------- codecs
+
+_client_decoder = msgspec.json.Decoder(Inbound)
+_server_decoder = msgspec.json.Decoder(Outbound)
+_encoder = msgspec.json.Encoder()
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    """Encode any protocol message to JSON bytes."""
+    return _encoder.encode(msg)
+
+
+def decode_server(data: bytes | str) -> Outbound:
+    """Decode a server event (lenient). Raises ``msgspec.ValidationError``/``DecodeError``."""
+    return _server_decoder.decode(data)
+
+
+def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
+    """Decode a client frame; never raises on bad input.
+
+    The typed decoder is the fast path. When it fails, the frame is decoded again
+    as plain JSON only to say precisely what is wrong and which ``id`` to blame.
+    """
+    try:
+        return _client_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        if not isinstance(exc, msgspec.ValidationError):
+            return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
+        detail = str(exc)
+    raw = msgspec.json.decode(data)
+    if not isinstance(raw, dict):
+        return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
+    msg_id = raw.get("id")
+    in_reply_to = msg_id if isinstance(msg_id, str) and len(msg_id) <= 128 else None
+    msg_type = raw.get("type")
+    if not isinstance(msg_type, str):
+        return DecodeFailure(
+            code="invalid_message", message="missing string field 'type'", in_reply_to=in_reply_to
+        )
+    if msg_type not in CLIENT_MESSAGE_TYPES:
+        known = ", ".join(sorted(CLIENT_MESSAGE_TYPES))
+        return DecodeFailure(
+            code="unknown_type",
+            message=f"unknown message type {msg_type[:64]!r}; expected one of: {known}",
+            in_reply_to=in_reply_to,
+        )
+    return DecodeFailure(
+        code="invalid_message", message=f"invalid {msg_type}: {detail}", in_reply_to=in_reply_to
+    )
+
+
+def protocol_schema() -> dict[str, Any]:
+    """The JSON Schema of every client and server message (for other-language clients)."""
+    (client, server), components = msgspec.json.schema_components(
+        [Inbound, Outbound], ref_template="#/$defs/{name}"
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"Conversation gateway wire protocol v{PROTOCOL_VERSION}",
+        "description": f"WebSocket subprotocol {SUBPROTOCOL}: JSON text frames.",
+        "$defs": {**components, "ClientMessage": client, "ServerMessage": server},
+        "oneOf": [{"$ref": "#/$defs/ClientMessage"}, {"$ref": "#/$defs/ServerMessage"}],
+    }

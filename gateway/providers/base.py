@@ -1,0 +1,89 @@
+"""The model-provider interface: a request in, a stream of model events out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import msgspec
+
+from gateway.transcript import Item
+
+__all__ = [
+    "Capabilities",
+    "ModelEvent",
+    "ModelFinish",
+    "ModelRequest",
+    "ModelText",
+    "ModelToolCall",
+    "ModelUsage",
+    "Provider",
+    "ToolSchema",
+]
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a model can do; checked against the agent at startup."""
+
+    tools: bool = True
+    parallel_tool_calls: bool = True
+
+
+class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as offered to the model."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the model gets for one step."""
+
+    instructions: str
+    items: tuple[Item, ...]
+    tools: tuple[ToolSchema, ...] = ()
+
+
+class ModelText(msgspec.Struct, frozen=True, tag="text"):
+    """A piece of the model's text, as generated."""
+
+    text: str
+
+
+class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
+    """The model asks for a tool call. ``args`` is a JSON object."""
+
+    name: str
+    args: dict[str, Any]
+    provider_call_id: str | None = None
+
+
+class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):
+    """The step is over. ``reason`` is the provider's finish reason, normalised."""
+
+    reason: str = "stop"
+    usage: ModelUsage | None = None
+
+
+ModelEvent = ModelText | ModelToolCall | ModelFinish
+
+
+class Provider(Protocol):
+    """A model behind the gateway.
+
+    ``stream`` yields text as it is generated, then any tool calls (several for a
+    parallel step), then exactly one ``ModelFinish``. It raises
+    ``gateway.errors.ProviderError`` when the model fails; cancelling the
+    iteration must release the upstream request at once.
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...

@@ -1,0 +1,242 @@
+"""The embedded scripted model: deterministic, no network, driven by a TOML scenario.
+
+It is a model for development, demos and tests, not a language model: it matches
+the user's last message against regex rules and answers with templated text
+streamed word by word and/or templated tool calls; after tool results it answers
+from per-tool result templates. See ``docs/agents.md`` for the scenario format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gateway.errors import ConfigError, ProviderError
+from gateway.providers.base import (
+    Capabilities,
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelText,
+    ModelToolCall,
+    ModelUsage,
+)
+from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
+
+__all__ = ["Scenario", "ScriptedProvider", "load_scenario", "render"]
+
+
+class ScriptedCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A tool call a rule makes; string values in ``args`` are templates."""
+
+    tool: str
+    args: dict[str, Any] = {}
+
+
+class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Answer a user message matching ``match`` (a regex, searched, not anchored)."""
+
+    match: str
+    say: str = ""
+    calls: list[ScriptedCall] = []
+    error: str | None = None
+    """Fail the model stream with this message after ``say`` (to rehearse failures)."""
+    pace: float | None = None
+    """Seconds between words for this rule, overriding the scenario's pace."""
+
+
+class ResultRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Answer the step after a call of ``tool`` came back."""
+
+    tool: str
+    when: str | None = None
+    """A path such as ``output.in_stock`` that must be truthy (``!`` negates) for this rule."""
+    say: str = ""
+    on_error: str = "Sorry, {display} did not work: {error}."
+    calls: list[ScriptedCall] = []
+
+    def applies(self, context: Mapping[str, Any]) -> bool:
+        if self.when is None:
+            return True
+        negate = self.when.startswith("!")
+        return bool(_lookup(context, self.when.lstrip("!"))) != negate
+
+
+class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pace: float = 0.04
+    """Seconds between streamed words."""
+    fallback: str = "I'm a scripted demo model and have no rule for that."
+    rules: list[Rule] = []
+    results: list[ResultRule] = []
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and check a scenario file.
+
+    Raises:
+        ConfigError: the file is missing, is not valid TOML, or has a bad rule.
+    """
+    try:
+        scenario = msgspec.toml.decode(path.read_bytes(), type=Scenario)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    for index, rule in enumerate(scenario.rules):
+        try:
+            re.compile(rule.match)
+        except re.error as exc:
+            raise ConfigError(f"{path}: rules[{index}]: bad regex {rule.match!r}: {exc}") from exc
+    if scenario.pace < 0:
+        raise ConfigError(f"{path}: pace must not be negative")
+    return scenario
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)(?:\|([a-z_]+))?\}")
+
+
+def _lookup(context: Mapping[str, Any], path: str) -> Any:
+    value: Any = context
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _format(value: Any, flt: str | None) -> str:
+    if flt == "percent" and isinstance(value, int | float):
+        return f"{round(value * 100)}%"
+    if flt == "money" and isinstance(value, int | float):
+        return f"{value:.2f}"
+    if flt == "json" or isinstance(value, dict | list):
+        return json.dumps(value, separators=(", ", ": "))
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    """Fill ``{path.to.value}`` and ``{path|filter}`` placeholders.
+
+    Filters: ``percent`` (0.82 -> 82%), ``money`` (two decimals), ``json``.
+    """
+    return _PLACEHOLDER.sub(lambda m: _format(_lookup(context, m.group(1)), m.group(2)), template)
+
+
+def _render_args(args: Any, context: Mapping[str, Any]) -> Any:
+    if isinstance(args, str):
+        return render(args, context)
+    if isinstance(args, dict):
+        # An empty optional capture leaves its argument out rather than sending "".
+        rendered = {key: _render_args(value, context) for key, value in args.items()}
+        return {key: value for key, value in rendered.items() if value != ""}
+    if isinstance(args, list):
+        return [_render_args(value, context) for value in args]
+    return args
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+
+
+class ScriptedProvider:
+    """A ``Provider`` that plays a ``Scenario``."""
+
+    name = "scripted"
+    capabilities = Capabilities(tools=True, parallel_tool_calls=True)
+
+    def __init__(self, scenario: Scenario, *, pace: float | None = None) -> None:
+        self._scenario = scenario
+        self._pace = scenario.pace if pace is None else pace
+        self._rules = [(re.compile(rule.match), rule) for rule in scenario.rules]
+        self._results: dict[str, list[ResultRule]] = {}
+        for result_rule in scenario.results:
+            self._results.setdefault(result_rule.tool, []).append(result_rule)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Play the answer to the request's last item."""
+        offered = {tool.name for tool in request.tools}
+        say, calls, error, pace = self._answer(request, offered)
+        for word in _words(say):
+            await asyncio.sleep(pace)  # also a cancellation point when pace is 0
+            yield ModelText(word)
+        if error is not None:
+            raise ProviderError(error)
+        for name, args in calls:
+            yield ModelToolCall(name=name, args=args)
+        yield ModelFinish(
+            reason="tool_calls" if calls else "stop",
+            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=len(_words(say))),
+        )
+
+    def _answer(
+        self, request: ModelRequest, offered: set[str]
+    ) -> tuple[str, list[tuple[str, dict[str, Any]]], str | None, float]:
+        items = request.items
+        if items and isinstance(items[-1], ToolOutcome):
+            return (*self._answer_results(request), None, self._pace)
+        text = next((item.text for item in reversed(items) if isinstance(item, UserTurn)), "")
+        for pattern, rule in self._rules:
+            found = pattern.search(text)
+            if found is None or any(call.tool not in offered for call in rule.calls):
+                continue
+            context: dict[str, Any] = {"text": text, "0": found.group(0)}
+            context.update({str(i): g or "" for i, g in enumerate(found.groups(), start=1)})
+            context.update({k: v or "" for k, v in found.groupdict().items()})
+            calls = [(c.tool, _render_args(c.args, context)) for c in rule.calls]
+            pace = self._pace if rule.pace is None else rule.pace
+            return render(rule.say, context), calls, rule.error, pace
+        return self._scenario.fallback, [], None, self._pace
+
+    def _answer_results(
+        self, request: ModelRequest
+    ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        outcomes: list[ToolOutcome] = []
+        for item in reversed(request.items):
+            if not isinstance(item, ToolOutcome):
+                break
+            outcomes.insert(0, item)
+        args_by_call = {
+            call.call_id: call.args
+            for item in request.items
+            if isinstance(item, AssistantTurn)
+            for call in item.calls
+        }
+        texts: list[str] = []
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for outcome in outcomes:
+            context = {
+                "tool": outcome.name,
+                "display": outcome.name.replace("_", " "),
+                "output": outcome.output,
+                "error": outcome.error,
+                "args": args_by_call.get(outcome.call_id, {}),
+            }
+            rules = self._results.get(outcome.name, [])
+            rule = next(
+                (r for r in rules if outcome.error or r.applies(context)), None
+            ) or ResultRule(tool=outcome.name, say="{display} returned {output|json}.")
+            texts.append(render(rule.on_error if outcome.error else rule.say, context))
+            if outcome.error is None:
+                calls += [(c.tool, _render_args(c.args, context)) for c in rule.calls]
+        return " ".join(text for text in texts if text), calls
+
+
+def _count_words(request: ModelRequest) -> int:
+    count = len(request.instructions.split())
+    for item in request.items:
+        if isinstance(item, UserTurn | AssistantTurn):
+            count += len(item.text.split())
+        else:
+            count += len(json.dumps(item.output if item.error is None else item.error).split())
+    return count

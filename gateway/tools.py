@@ -1,0 +1,222 @@
+"""Tool definitions: server tools written in Python, client functions, and their registry.
+
+A tool is described by a ``ToolDef`` (what the model and the client see) whatever
+runs it. Server tools are Python functions decorated with ``@tool``: their input
+and output are msgspec Structs, so the JSON Schema the model sees is generated
+from the types and cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints
+
+import msgspec
+
+from gateway.errors import ConfigError
+from gateway.schema import SchemaValidator, schema_problem
+
+__all__ = [
+    "ServerTool",
+    "ToolDef",
+    "ToolEntry",
+    "ToolRegistry",
+    "default_display_name",
+    "tool",
+]
+
+Kind = Literal["client", "server"]
+Execution = Literal["sync", "async"]
+Delivery = Literal["when_idle", "interrupt", "silent"]
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def default_display_name(name: str) -> str:
+    """``get_battery_level`` -> ``Get battery level``."""
+    return name.replace("_", " ").strip().capitalize()
+
+
+class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
+    """What the model and the client know of a tool, whoever runs it."""
+
+    name: str
+    description: str
+    kind: Kind
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    display_name: str = ""
+    timeout: float | None = None
+    """Seconds; ``None`` takes the gateway's default for the kind."""
+    execution: Execution = "sync"
+    delivery: Delivery = "when_idle"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEntry:
+    """A checked definition with its compiled schemas."""
+
+    definition: ToolDef
+    input_validator: SchemaValidator
+    output_validator: SchemaValidator | None
+
+
+def _check(definition: ToolDef) -> ToolEntry:
+    name = definition.name
+    if not _NAME.match(name):
+        raise ConfigError(f"tool {name!r}: name must be snake_case (a-z, 0-9, _; 64 at most)")
+    if not definition.description.strip():
+        raise ConfigError(f"tool {name!r}: description must not be empty")
+    if definition.timeout is not None and definition.timeout <= 0:
+        raise ConfigError(f"tool {name!r}: timeout must be positive")
+    for field, schema in (
+        ("input_schema", definition.input_schema),
+        ("output_schema", definition.output_schema),
+    ):
+        if schema is None:
+            continue
+        problem = schema_problem(schema)
+        if problem:
+            raise ConfigError(f"tool {name!r}: {field}: {problem}")
+    if definition.input_schema.get("type") != "object":
+        raise ConfigError(f"tool {name!r}: input_schema must have type 'object'")
+    output = definition.output_schema
+    return ToolEntry(
+        definition=definition,
+        input_validator=SchemaValidator(definition.input_schema),
+        output_validator=SchemaValidator(output) if output is not None else None,
+    )
+
+
+class ToolRegistry:
+    """An immutable set of checked tools, by name."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, definitions: Iterable[ToolDef] = ()) -> None:
+        self._entries: dict[str, ToolEntry] = {}
+        for definition in definitions:
+            if definition.name in self._entries:
+                raise ConfigError(f"tool {definition.name!r}: defined twice")
+            self._entries[definition.name] = _check(definition)
+
+    def get(self, name: str) -> ToolEntry | None:
+        """The tool called ``name``, or ``None``."""
+        return self._entries.get(name)
+
+    def extended(self, definitions: Iterable[ToolDef]) -> ToolRegistry:
+        """A new registry with more tools; a name clash is a ``ConfigError``."""
+        return ToolRegistry([*self.definitions(), *definitions])
+
+    def definitions(self) -> list[ToolDef]:
+        """Every definition, in the order they were added."""
+        return [entry.definition for entry in self._entries.values()]
+
+    def __iter__(self) -> Iterator[ToolEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTool:
+    """A Python function the gateway runs as a tool. Build it with ``@tool``."""
+
+    definition: ToolDef
+    func: Callable[..., Any]
+    input_type: type[msgspec.Struct] | None
+
+    async def invoke(self, args: dict[str, Any]) -> Any:
+        """Run the function with ``args`` (already checked against the input schema).
+
+        A plain function runs in a worker thread so it cannot block the event loop;
+        such a thread cannot be interrupted, so a timeout abandons it.
+
+        Returns:
+            The result as JSON-compatible builtins.
+        """
+        call_args = () if self.input_type is None else (msgspec.convert(args, self.input_type),)
+        if inspect.iscoroutinefunction(self.func):
+            result = await self.func(*call_args)
+        else:
+            result = await asyncio.to_thread(self.func, *call_args)
+        return msgspec.to_builtins(result)
+
+    def with_options(self, *, timeout: float | None = None) -> ServerTool:
+        """The same tool with its timeout replaced (agent files may tune it)."""
+        if timeout is None:
+            return self
+        definition = msgspec.structs.replace(self.definition, timeout=timeout)
+        return ServerTool(definition=definition, func=self.func, input_type=self.input_type)
+
+
+def _struct_schema(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """A self-contained JSON Schema with the Struct itself at the root."""
+    (ref,), components = msgspec.json.schema_components(
+        [struct_type], ref_template="#/$defs/{name}"
+    )
+    root_name = ref["$ref"].rsplit("/", 1)[-1]
+    root: dict[str, Any] = dict(components.pop(root_name))
+    root.pop("title", None)
+    if components:
+        root["$defs"] = components
+    return root
+
+
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    display_name: str | None = None,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], ServerTool]:
+    """Make a server tool of a function taking (at most) one msgspec Struct.
+
+    The description defaults to the docstring; schemas come from the type hints.
+
+    Example:
+        >>> class StockQuery(msgspec.Struct):
+        ...     product: str
+        >>> @tool(timeout=5)
+        ... def check_stock(query: StockQuery) -> StockLevel:
+        ...     "Tell whether a product is in stock."
+    """
+
+    def decorate(func: Callable[..., Any]) -> ServerTool:
+        tool_name = name or func.__name__
+        hints = get_type_hints(func)
+        params = list(inspect.signature(func).parameters)
+        if len(params) > 1:
+            raise ConfigError(f"tool {tool_name!r}: takes one msgspec Struct argument at most")
+        input_type = hints.get(params[0]) if params else None
+        if input_type is not None and not (
+            isinstance(input_type, type) and issubclass(input_type, msgspec.Struct)
+        ):
+            raise ConfigError(f"tool {tool_name!r}: its argument must be a msgspec Struct")
+        output_type = hints.get("return")
+        output_schema = (
+            _struct_schema(output_type)
+            if isinstance(output_type, type) and issubclass(output_type, msgspec.Struct)
+            else None
+        )
+        definition = ToolDef(
+            name=tool_name,
+            description=(description or inspect.getdoc(func) or "").strip(),
+            kind="server",
+            input_schema=(
+                _struct_schema(input_type)
+                if input_type is not None
+                else {"type": "object", "properties": {}}
+            ),
+            output_schema=output_schema,
+            display_name=display_name or default_display_name(tool_name),
+            timeout=timeout,
+        )
+        _check(definition)
+        return ServerTool(definition=definition, func=func, input_type=input_type)
+
+    return decorate

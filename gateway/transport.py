@@ -1,0 +1,81 @@
+"""The WebSocket endpoint: frames in and out of a Driver.
+
+The transport decodes client frames (validation happens here, at the edge),
+feeds them to the driver, and writes the driver's events to the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from gateway.driver import Driver
+from gateway.errors import CloseCode
+from gateway.protocol import SUBPROTOCOL, DecodeFailure, decode_client
+from gateway.session import Disconnected
+
+__all__ = ["realtime_endpoint"]
+
+log = structlog.get_logger("gateway.transport")
+
+
+async def realtime_endpoint(websocket: WebSocket) -> None:
+    """``GET /v1/realtime``: one conversation per socket."""
+    runtime = websocket.app.state.runtime
+    offered = websocket.scope.get("subprotocols") or []
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    session = runtime.new_session()
+
+    async def send(data: bytes) -> None:
+        # A vanished client is noticed by the receive loop; here it only stops sends.
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await websocket.send_text(data.decode())
+
+    with structlog.contextvars.bound_contextvars(session_id=session.session_id):
+        driver = runtime.new_driver(session, send)
+        log.info("session_connected", client=str(websocket.client))
+        runner = asyncio.create_task(driver.run())
+        receiver = asyncio.create_task(_receive(websocket, driver))
+        done, _ = await asyncio.wait({runner, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        if receiver in done:
+            if receiver.exception() is not None:
+                log.error("receive_failed", error=repr(receiver.exception()))
+            driver.feed(Disconnected())
+            close_code = await _finish(runner)
+        else:
+            receiver.cancel()
+            await asyncio.gather(receiver, return_exceptions=True)
+            close_code = await _finish(runner)
+            with contextlib.suppress(RuntimeError, OSError):
+                await websocket.close(code=close_code)
+        log.info("session_closed", close_code=close_code)
+
+
+async def _receive(websocket: WebSocket, driver: Driver) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        text = message.get("text")
+        if text is None:
+            driver.feed(
+                DecodeFailure(
+                    code="invalid_message",
+                    message="binary frames are not supported; send JSON text frames",
+                )
+            )
+        else:
+            driver.feed(decode_client(text))
+
+
+async def _finish(runner: asyncio.Task[None]) -> int:
+    """Wait for the driver; a crash in it is our bug: log it, close 1011."""
+    try:
+        await runner
+    except Exception:
+        log.exception("session_crashed")
+        return CloseCode.INTERNAL
+    return CloseCode.NORMAL
