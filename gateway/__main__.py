@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -19,7 +19,7 @@ from gateway.errors import ConfigError
 from gateway.logging import configure_logging
 from gateway.protocol import protocol_schema
 
-__all__ = ["main"]
+__all__ = ["build_server", "main"]
 
 
 def _flag_type(annotation: object) -> typing.Callable[[str], object]:
@@ -68,19 +68,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     structlog.get_logger("gateway").info(
         "gateway_starting", host=config.host, port=config.port, agent=config.agent or "demo"
     )
-    server = uvicorn.Server(
+    build_server(config, app).run()
+    return 0
+
+
+def build_server(config: Config, app: Callable[..., Awaitable[None]]) -> uvicorn.Server:
+    """The uvicorn server for ``app``; port 0 picks a free port."""
+    return uvicorn.Server(
         uvicorn.Config(
             app,
             host=config.host,
             port=config.port,
-            ws="websockets-sansio",
+            ws="websockets-sansio",  # enforces ws_max_size with close 1009
             ws_max_size=config.ws_max_size,
             log_config=None,
             lifespan="off",
         )
     )
-    server.run()
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.config import load_toml
 from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
@@ -91,10 +92,7 @@ def load_agent(path: Path, *, pace: float | None = None) -> Agent:
     Raises:
         ConfigError: naming the file, the tool and the reason.
     """
-    try:
-        spec = msgspec.toml.decode(path.read_bytes(), type=AgentFile)
-    except (OSError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    spec = load_toml(path, AgentFile)
     try:
         server_tools: dict[str, ServerTool] = {}
         for entry in spec.server_tools:

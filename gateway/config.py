@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal
+from pathlib import Path
+from typing import Literal, TypeVar
 
 import msgspec
 
 from gateway.errors import ConfigError
 
-__all__ = ["Config", "from_env"]
+__all__ = ["Config", "from_env", "load_toml"]
 
 _ENV_PREFIX = "GATEWAY_"
+T = TypeVar("T")
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -57,4 +59,23 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> C
     try:
         return msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        raise ConfigError(f"invalid GATEWAY_* variable or flag: {exc}") from exc
+
+
+def load_toml(path: Path, type_: type[T]) -> T:
+    """Read a TOML file into ``type_``.
+
+    Raises:
+        ConfigError: naming the file and saying whether it is unreadable, not
+            TOML, or TOML with a wrong field (with the field's path).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return msgspec.toml.decode(data, type=type_)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc

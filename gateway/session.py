@@ -551,7 +551,9 @@ class Session:
                 self._settle(call, CallState.EXPIRED, error="the client did not answer in time")
             else:
                 self._effects.append(CancelTool(call.call_id))
-                self._settle(call, CallState.FAILED, error="tool_timeout: the tool ran out of time")
+                self._settle(
+                    call, CallState.FAILED, error="tool_timeout: the tool did not finish in time"
+                )
         self._advance_if_step_settled()
 
     def _output_problem(self, call: Call, output: Any) -> str | None:

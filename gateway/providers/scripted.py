@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.config import load_toml
 from gateway.errors import ConfigError, ProviderError
 from gateway.providers.base import (
     Capabilities,
@@ -58,7 +59,8 @@ class ResultRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     when: str | None = None
     """A path such as ``output.in_stock`` that must be truthy (``!`` negates) for this rule."""
     say: str = ""
-    on_error: str = "Sorry, {display} did not work: {error}."
+    on_error: str | None = None
+    """Said when the call failed; the first rule of the tool that has one is used."""
     calls: list[ScriptedCall] = []
 
     def applies(self, context: Mapping[str, Any]) -> bool:
@@ -82,10 +84,7 @@ def load_scenario(path: Path) -> Scenario:
     Raises:
         ConfigError: the file is missing, is not valid TOML, or has a bad rule.
     """
-    try:
-        scenario = msgspec.toml.decode(path.read_bytes(), type=Scenario)
-    except (OSError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    scenario = load_toml(path, Scenario)
     for index, rule in enumerate(scenario.rules):
         try:
             re.compile(rule.match)
@@ -96,6 +95,8 @@ def load_scenario(path: Path) -> Scenario:
     return scenario
 
 
+_DEFAULT_SAY = "{display} returned {output|json}."
+_DEFAULT_ON_ERROR = "Sorry, {display} did not work: {error}."
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)(?:\|([a-z_]+))?\}")
 
 
@@ -133,13 +134,29 @@ def render(template: str, context: Mapping[str, Any]) -> str:
     return _PLACEHOLDER.sub(lambda m: _format(_lookup(context, m.group(1)), m.group(2)), template)
 
 
+def _render_value(template: str, context: Mapping[str, Any]) -> Any:
+    """A template that is one placeholder keeps its value's type (``int``/``float`` convert)."""
+    whole = _PLACEHOLDER.fullmatch(template)
+    if whole is None:
+        return render(template, context)
+    value = _lookup(context, whole.group(1))
+    try:
+        if whole.group(2) == "int":
+            return int(value)
+        if whole.group(2) == "float":
+            return float(value)
+    except (TypeError, ValueError):
+        return value
+    return value if whole.group(2) is None else _format(value, whole.group(2))
+
+
 def _render_args(args: Any, context: Mapping[str, Any]) -> Any:
     if isinstance(args, str):
-        return render(args, context)
+        return _render_value(args, context)
     if isinstance(args, dict):
         # An empty optional capture leaves its argument out rather than sending "".
         rendered = {key: _render_args(value, context) for key, value in args.items()}
-        return {key: value for key, value in rendered.items() if value != ""}
+        return {key: value for key, value in rendered.items() if value not in ("", None)}
     if isinstance(args, list):
         return [_render_args(value, context) for value in args]
     return args
@@ -223,11 +240,13 @@ class ScriptedProvider:
                 "args": args_by_call.get(outcome.call_id, {}),
             }
             rules = self._results.get(outcome.name, [])
-            rule = next(
-                (r for r in rules if outcome.error or r.applies(context)), None
-            ) or ResultRule(tool=outcome.name, say="{display} returned {output|json}.")
-            texts.append(render(rule.on_error if outcome.error else rule.say, context))
-            if outcome.error is None:
+            if outcome.error is not None:
+                template = next((r.on_error for r in rules if r.on_error), _DEFAULT_ON_ERROR)
+                texts.append(render(template, context))
+                continue
+            rule = next((r for r in rules if r.applies(context)), None)
+            texts.append(render(rule.say if rule else _DEFAULT_SAY, context))
+            if rule is not None:
                 calls += [(c.tool, _render_args(c.args, context)) for c in rule.calls]
         return " ".join(text for text in texts if text), calls
 

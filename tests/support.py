@@ -1,0 +1,81 @@
+"""Helpers for tests that talk to a real gateway over a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from client_sdk import Connection, connect_raw
+from gateway.__main__ import build_server
+from gateway.app import create_app
+from gateway.config import Config
+from gateway.protocol import (
+    Outbound,
+    ResponseDone,
+    SessionCreated,
+    SessionStart,
+    TextDelta,
+    ToolCalls,
+    UserMessage,
+)
+
+TEST_AGENT = Path(__file__).parent / "data" / "agent.toml"
+
+
+@asynccontextmanager
+async def running_gateway(**overrides: Any) -> AsyncIterator[str]:
+    """Serve the test agent (unless ``agent=`` says otherwise) on a free port.
+
+    Yields:
+        The ``ws://`` URL of ``/v1/realtime``.
+    """
+    overrides.setdefault("agent", str(TEST_AGENT))
+    config = Config(host="127.0.0.1", port=0, **overrides)
+    server = build_server(config, create_app(config))
+    # Listening before uvicorn starts means clients queue in the backlog: no race, no polling.
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@asynccontextmanager
+async def session(url: str, **start: Any) -> AsyncIterator[tuple[Connection, SessionCreated]]:
+    """Connect and start a session; yields the connection and ``session.created``."""
+    async with connect_raw(url) as conn:
+        await conn.send(SessionStart(**start))
+        created = await conn.recv()
+        assert isinstance(created, SessionCreated), created
+        yield conn, created
+
+
+async def say(conn: Connection, text: str, msg_id: str | None = None) -> list[Outbound]:
+    """Send a user message and collect events up to its ``response.done``."""
+    await conn.send(UserMessage(text=text, id=msg_id))
+    return await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+
+
+async def say_until_calls(conn: Connection, text: str) -> ToolCalls:
+    """Send a user message and wait for the ``tool.calls`` it causes."""
+    await conn.send(UserMessage(text=text))
+    events = await conn.recv_until(lambda e: isinstance(e, ToolCalls))
+    calls = events[-1]
+    assert isinstance(calls, ToolCalls)
+    return calls
+
+
+def streamed_text(events: list[Outbound]) -> str:
+    return "".join(e.delta for e in events if isinstance(e, TextDelta))
+
+
+def types(events: list[Outbound]) -> list[str]:
+    return [type(e).__struct_config__.tag for e in events]  # type: ignore[misc]

@@ -1,0 +1,103 @@
+"""The real command line: `gateway serve` as a subprocess, JSON logs, startup errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+from gateway.protocol import ResponseDone, ToolResult, ToolResults
+from tests.support import say_until_calls, session, streamed_text
+
+GATEWAY = [sys.executable, "-m", "gateway"]
+
+
+async def test_serve_runs_the_demo_and_logs_json_with_ids():
+    proc = await asyncio.create_subprocess_exec(
+        *GATEWAY,
+        "serve",
+        "--port",
+        "0",
+        "--scripted-pace",
+        "0",
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "GATEWAY_LOG_LEVEL": "info"},
+    )
+    assert proc.stderr is not None
+    lines: list[dict[str, object]] = []
+    port_found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def read_logs() -> None:
+        assert proc.stderr is not None
+        async for raw in proc.stderr:
+            record = json.loads(raw)  # every line is one JSON object
+            lines.append(record)
+            match = re.search(r"running on http://127\.0\.0\.1:(\d+)", str(record["event"]))
+            if match and not port_found.done():
+                port_found.set_result(int(match.group(1)))
+
+    reader = asyncio.create_task(read_logs())
+    try:
+        async with asyncio.timeout(20):
+            port = await port_found
+        async with session(f"ws://127.0.0.1:{port}/v1/realtime") as (conn, created):
+            calls = await say_until_calls(conn, "what's my battery level?")
+            call = calls.calls[0]
+            result = ToolResult(call_id=call.call_id, tool=call.tool, output={"level": 0.5})
+            await conn.send(ToolResults(results=[result]))
+            events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+        assert streamed_text(events) == "Your battery is at 50%."
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            code = await proc.wait()
+            await reader
+    # uvicorn shuts down gracefully, then re-raises SIGTERM; exit 0 comes with graceful shutdown.
+    assert code in (0, -signal.SIGTERM)
+    assert any("Finished server process" in str(line["event"]) for line in lines)
+    finished = [line for line in lines if line["event"] == "response_finished"]
+    assert finished
+    assert finished[0]["session_id"] == created.session_id
+    assert finished[0]["response_id"] == calls.response_id
+    assert finished[0]["status"] == "completed"
+    sent = next(line for line in lines if line["event"] == "client_call_sent")
+    assert (sent["call_id"], sent["tool"]) == (call.call_id, "get_battery_level")
+    assert "args" not in sent  # sizes only, never arguments, at INFO
+
+
+async def run_failing(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *GATEWAY, *args, stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
+    async with asyncio.timeout(20):
+        _, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
+
+
+async def test_bad_agent_file_fails_at_startup_naming_file_tool_and_reason(tmp_path: Path):
+    agent = tmp_path / "agent.toml"
+    agent.write_text('name = "x"\n[[client_functions]]\nname = "OpenSettings"\ndescription = "d"\n')
+    code, err = await run_failing("serve", "--port", "0", "--agent", str(agent))
+    assert code == 2
+    assert str(agent) in err
+    assert "'OpenSettings'" in err
+    assert "snake_case" in err
+
+
+async def test_misspelt_environment_variable_fails_at_startup():
+    code, err = await run_failing("serve", "--port", "0", env={"GATEWAY_PROT": "1"})
+    assert code == 2
+    assert "prot" in err
+
+
+async def test_schema_command_prints_the_committed_schema():
+    proc = await asyncio.create_subprocess_exec(*GATEWAY, "schema", stdout=asyncio.subprocess.PIPE)
+    async with asyncio.timeout(20):
+        out, _ = await proc.communicate()
+    committed = Path(__file__).parents[1] / "client_sdk" / "js" / "protocol.schema.json"
+    assert json.loads(out) == json.loads(committed.read_text())

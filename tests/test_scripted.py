@@ -1,0 +1,151 @@
+"""The scripted model: rules, templates, result rules, streaming, scenario errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError, ProviderError
+from gateway.providers.base import (
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelText,
+    ModelToolCall,
+    ToolSchema,
+)
+from gateway.providers.scripted import (
+    ResultRule,
+    Rule,
+    Scenario,
+    ScriptedCall,
+    ScriptedProvider,
+    load_scenario,
+    render,
+)
+from gateway.transcript import AssistantTurn, RequestedCall, ToolOutcome, UserTurn
+
+SCENARIO = Scenario(
+    pace=0,
+    fallback="no idea",
+    rules=[
+        Rule(
+            match=r"(?i)store near (?P<zip>\d{5})", calls=[ScriptedCall("find", {"zip": "{zip}"})]
+        ),
+        Rule(
+            match=r"^add (\d+) (\d+)$",
+            calls=[ScriptedCall("add", {"a": "{1|int}", "b": "{2|int}"})],
+        ),
+        Rule(match=r"^say (.*)$", say="You said: {1}"),
+        Rule(match=r"^fail$", say="half", error="cut"),
+    ],
+    results=[
+        ResultRule(tool="find", when="output.open", say="{output.name} is open."),
+        ResultRule(tool="find", say="{output.name} is closed.", on_error="No store: {error}"),
+    ],
+)
+TOOLS = (
+    ToolSchema(name="find", description="d", input_schema={}),
+    ToolSchema(name="add", description="d", input_schema={}),
+)
+
+
+async def play(request: ModelRequest, scenario: Scenario = SCENARIO) -> list[ModelEvent]:
+    return [event async for event in ScriptedProvider(scenario).stream(request)]
+
+
+def user(text: str) -> ModelRequest:
+    return ModelRequest(instructions="", items=(UserTurn(text=text),), tools=TOOLS)
+
+
+async def test_text_streams_word_by_word_and_rebuilds_exactly():
+    events = await play(user("say  hello   there "))
+    words = [e.text for e in events if isinstance(e, ModelText)]
+    assert words == ["You ", "said:  ", "hello   ", "there "]
+    assert "".join(words) == "You said:  hello   there "
+    assert isinstance(events[-1], ModelFinish)
+    assert events[-1].reason == "stop"
+
+
+async def test_named_capture_templates_the_call_arguments():
+    events = await play(user("Is there a store near 92031?"))
+    assert events[0] == ModelToolCall(name="find", args={"zip": "92031"})
+    assert isinstance(events[-1], ModelFinish)
+    assert events[-1].reason == "tool_calls"
+
+
+async def test_int_filter_gives_typed_arguments():
+    events = await play(user("add 2 40"))
+    assert events[0] == ModelToolCall(name="add", args={"a": 2, "b": 40})
+
+
+async def test_rules_whose_tools_are_not_offered_are_skipped():
+    request = ModelRequest(instructions="", items=(UserTurn(text="store near 12345"),), tools=())
+    events = await play(request)
+    assert "".join(e.text for e in events if isinstance(e, ModelText)) == "no idea"
+
+
+async def test_result_rules_pick_by_when_and_template_the_output():
+    def after(output: object = None, error: str | None = None) -> ModelRequest:
+        return ModelRequest(
+            instructions="",
+            items=(
+                UserTurn(text="store near 92031"),
+                AssistantTurn(
+                    calls=(RequestedCall(call_id="c1", name="find", args={"zip": "92031"}),)
+                ),
+                ToolOutcome(call_id="c1", name="find", output=output, error=error),
+            ),
+            tools=TOOLS,
+        )
+
+    def text(events: list[ModelEvent]) -> str:
+        return "".join(e.text for e in events if isinstance(e, ModelText))
+
+    assert text(await play(after({"name": "Vista", "open": True}))) == "Vista is open."
+    assert text(await play(after({"name": "Vista", "open": False}))) == "Vista is closed."
+    assert text(await play(after(error="offline"))) == "No store: offline"
+
+
+async def test_error_rule_streams_then_raises_provider_error():
+    seen: list[ModelEvent] = []
+
+    async def consume() -> None:
+        async for event in ScriptedProvider(SCENARIO).stream(user("fail")):
+            seen.append(event)
+
+    with pytest.raises(ProviderError, match="cut"):
+        await consume()
+    assert seen == [ModelText("half")]
+
+
+def test_render_filters_and_missing_values():
+    context = {"output": {"level": 0.823, "price": 5, "on": True, "list": [1, 2]}}
+    assert render("{output.level|percent}", context) == "82%"
+    assert render("${output.price|money}", context) == "$5.00"
+    assert render("{output.on} {output.list} {output.missing}!", context) == "yes [1, 2] !"
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("pace = 'fast'", "pace"),
+        ("[[rules]]\nmatch = '('", "bad regex"),
+        ("[[rules]]\nsay = 'no match key'", "match"),
+        ("[[rules]]\nmatch = 'x'\nunknown = 1", "unknown"),
+        ("not toml at all ===", "TOML"),
+    ],
+)
+def test_bad_scenario_files_name_the_file_and_the_problem(tmp_path: Path, content, words):
+    path = tmp_path / "scenario.toml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as raised:
+        load_scenario(path)
+    assert str(path) in str(raised.value)
+    assert words in str(raised.value)
+
+
+def test_the_demo_scenario_loads():
+    demo = Path(__file__).parents[1] / "gateway" / "demo" / "scenario.toml"
+    assert len(load_scenario(demo).rules) > 5

@@ -1,0 +1,402 @@
+"""The pure session core: events in, effects out. No asyncio, no sockets, no clock."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from gateway.call import Call, CallState, IllegalTransition
+from gateway.protocol import (
+    DecodeFailure,
+    Error,
+    Limits,
+    Ping,
+    Pong,
+    ResponseCancel,
+    ResponseCreated,
+    ResponseDone,
+    ServerMsg,
+    SessionCreated,
+    SessionStart,
+    TextDelta,
+    TextDone,
+    ToolCalls,
+    ToolResult,
+    ToolResults,
+    ToolSpec,
+    ToolStatus,
+    UserMessage,
+)
+from gateway.providers.base import ModelFinish, ModelText, ModelToolCall, ModelUsage
+from gateway.session import (
+    CallModel,
+    CancelModel,
+    CancelTool,
+    Disconnected,
+    Effect,
+    Event,
+    ModelFailed,
+    ModelOutput,
+    RunTool,
+    Send,
+    Session,
+    SessionSettings,
+    Tick,
+    ToolFinished,
+)
+from gateway.tools import ToolDef, ToolRegistry
+from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
+
+LIMITS = Limits(
+    max_message_chars=100,
+    max_queued_messages=2,
+    max_steps=3,
+    ws_max_size=2**16,
+    client_call_timeout=10.0,
+)
+
+TOOLS = ToolRegistry(
+    [
+        ToolDef(
+            name="lamp",
+            description="Switch the lamp.",
+            kind="client",
+            input_schema={
+                "type": "object",
+                "properties": {"on": {"type": "boolean"}},
+                "required": ["on"],
+            },
+            output_schema={"type": "object", "required": ["ok"]},
+        ),
+        ToolDef(
+            name="weather",
+            description="Weather.",
+            kind="server",
+            input_schema={"type": "object"},
+            timeout=2.0,
+        ),
+    ]
+)
+
+
+class Harness:
+    """Drives a Session the way the driver does, and records what it sends."""
+
+    def __init__(self, *, model_supports_tools: bool = True) -> None:
+        counter = itertools.count(1)
+        self.session = Session(
+            SessionSettings(
+                agent="test",
+                instructions="be nice",
+                tools=TOOLS,
+                model_supports_tools=model_supports_tools,
+                limits=LIMITS,
+                server_tool_timeout=5.0,
+            ),
+            session_id="sess_1",
+            new_id=lambda prefix: f"{prefix}_{next(counter)}",
+        )
+        self.now = 1000.0
+        self.sent: list[ServerMsg] = []
+        self.other: list[Effect] = []
+
+    def feed(self, event: Event) -> list[ServerMsg]:
+        self.session.receive(event, now=self.now)
+        sent = []
+        for effect in self.session.effects():
+            if isinstance(effect, Send):
+                sent.append(effect.msg)
+            else:
+                self.other.append(effect)
+        self.sent += sent
+        return sent
+
+    def start(self, **kwargs: Any) -> SessionCreated:
+        (created,) = self.feed(SessionStart(**kwargs))
+        assert isinstance(created, SessionCreated)
+        return created
+
+    def last_model_call(self) -> CallModel:
+        return [e for e in self.other if isinstance(e, CallModel)][-1]
+
+    def model(self, *events: Any) -> list[ServerMsg]:
+        step = self.last_model_call().step_id
+        out: list[ServerMsg] = []
+        for event in events:
+            out += self.feed(ModelOutput(step, event))
+        return out
+
+
+def lamp_call(on: Any = True) -> ModelToolCall:
+    return ModelToolCall(name="lamp", args={"on": on})
+
+
+def test_seq_starts_at_one_and_increases_across_turns():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="hi"))
+    h.model(ModelText("Hel"), ModelText("lo"), ModelFinish())
+    h.feed(Ping(ts=1.5))
+    assert [m.seq for m in h.sent] == list(range(1, len(h.sent) + 1))
+    assert isinstance(h.sent[-1], Pong)
+    assert h.sent[-1].ts == 1.5
+
+
+def test_text_streams_then_done_then_response_done_with_usage():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="hi", id="m1"))
+    sent = h.model(
+        ModelText("Hel"),
+        ModelText("lo"),
+        ModelFinish(usage=ModelUsage(input_tokens=3, output_tokens=2)),
+    )
+    assert [type(m) for m in sent] == [TextDelta, TextDelta, TextDone, ResponseDone]
+    done = sent[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.usage is not None
+    assert (done.status, done.usage.input_tokens, done.usage.output_tokens) == ("completed", 3, 2)
+    request = h.last_model_call().request
+    assert request.items == (UserTurn(text="hi"),)
+    assert request.instructions == "be nice"
+    assert [t.name for t in request.tools] == ["lamp", "weather"]
+
+
+def test_message_before_start_and_second_start_are_errors():
+    h = Harness()
+    (error,) = h.feed(UserMessage(text="hi", id="x"))
+    assert isinstance(error, Error)
+    assert (error.code, error.in_reply_to) == ("invalid_message", "x")
+    h.start()
+    (error,) = h.feed(SessionStart(id="again"))
+    assert isinstance(error, Error)
+    assert "already" in error.message
+
+
+def test_decode_failure_becomes_an_error_event():
+    h = Harness()
+    (error,) = h.feed(DecodeFailure(code="unknown_type", message="nope", in_reply_to="z"))
+    assert isinstance(error, Error)
+    assert (error.code, error.in_reply_to) == ("unknown_type", "z")
+
+
+def test_client_functions_declared_at_start_join_the_tools():
+    h = Harness()
+    created = h.start(
+        client_functions=[ToolSpec(name="vibrate", description="Vibrate the phone.", timeout=3)]
+    )
+    assert [(t.name, t.kind) for t in created.tools] == [
+        ("lamp", "client"),
+        ("weather", "server"),
+        ("vibrate", "client"),
+    ]
+
+
+def test_model_without_tool_support_refuses_a_session_with_tools():
+    h = Harness(model_supports_tools=False)
+    (error,) = h.feed(SessionStart(id="s"))
+    assert isinstance(error, Error)
+    assert "cannot call tools" in error.message
+
+
+def test_client_call_round_trip_feeds_the_outcome_to_the_next_step():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="lamp on"))
+    (batch,) = h.model(lamp_call(), ModelFinish())
+    assert isinstance(batch, ToolCalls)
+    (call,) = batch.calls
+    assert (call.deadline, call.timeout) == (1010.0, 10.0)
+    assert h.session.next_deadline() == 1010.0
+    (status,) = h.feed(
+        ToolResults(results=[ToolResult(call_id=call.call_id, tool="lamp", output={"ok": 1})])
+    )
+    assert isinstance(status, ToolStatus)
+    assert status.status == "completed"
+    items = h.last_model_call().request.items
+    assert items[-2:] == (
+        AssistantTurn(text="", calls=items[-2].calls),  # type: ignore[union-attr]
+        ToolOutcome(call_id=call.call_id, name="lamp", output={"ok": 1}),
+    )
+    assert h.session.next_deadline() is None
+
+
+def test_expired_call_gives_expired_status_and_an_error_to_the_model():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="lamp on"))
+    (batch,) = h.model(lamp_call(), ModelFinish())
+    assert isinstance(batch, ToolCalls)
+    h.now = 1009.9
+    assert h.feed(Tick()) == []
+    h.now = 1010.0
+    (status,) = h.feed(Tick())
+    assert isinstance(status, ToolStatus)
+    assert status.status == "expired"
+    outcome = h.last_model_call().request.items[-1]
+    assert isinstance(outcome, ToolOutcome)
+    assert outcome.error is not None
+
+
+def test_invalid_arguments_fail_the_call_without_asking_the_client():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="lamp"))
+    sent = h.model(lamp_call(on="yes please"), ModelFinish())
+    assert [type(m) for m in sent] == [ToolStatus]
+    assert isinstance(sent[0], ToolStatus)
+    assert sent[0].status == "failed"
+    assert "invalid arguments" in (sent[0].error or "")
+    assert h.last_model_call().request.items[-1] == ToolOutcome(
+        call_id=sent[0].call_id, name="lamp", error=sent[0].error
+    )
+
+
+def test_unknown_tool_from_the_model_fails_the_call():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="x"))
+    (status,) = h.model(ModelToolCall(name="teleport", args={}), ModelFinish())
+    assert isinstance(status, ToolStatus)
+    assert status.error == "unknown tool 'teleport'"
+
+
+def test_server_tool_runs_and_times_out_with_a_cancel():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="weather"))
+    (running,) = h.model(ModelToolCall(name="weather", args={}), ModelFinish())
+    assert isinstance(running, ToolStatus)
+    assert running.status == "running"
+    run = [e for e in h.other if isinstance(e, RunTool)][-1]
+    assert h.session.next_deadline() == 1002.0
+    h.now = 1002.0
+    (failed,) = h.feed(Tick())
+    assert isinstance(failed, ToolStatus)
+    assert failed.status == "failed"
+    assert CancelTool(run.call_id) in h.other
+    # The tool's return after its timeout is ignored.
+    assert h.feed(ToolFinished(call_id=run.call_id, output={"sunny": True})) == []
+
+
+def test_duplicate_result_repeats_the_stored_status():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="lamp"))
+    (batch,) = h.model(lamp_call(), ModelFinish())
+    assert isinstance(batch, ToolCalls)
+    result = ToolResults(
+        results=[ToolResult(call_id=batch.calls[0].call_id, tool="lamp", output={"ok": 1})]
+    )
+    h.feed(result)
+    steps_before = len([e for e in h.other if isinstance(e, CallModel)])
+    (dup,) = h.feed(result)
+    assert isinstance(dup, ToolStatus)
+    assert (dup.status, dup.duplicate) == ("completed", True)
+    assert len([e for e in h.other if isinstance(e, CallModel)]) == steps_before
+
+
+def test_cancel_stops_the_model_and_cancels_open_calls():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="lamp"))
+    running, batch = h.model(lamp_call(), ModelToolCall(name="weather", args={}), ModelFinish())
+    assert isinstance(running, ToolStatus)
+    assert running.status == "running"
+    assert isinstance(batch, ToolCalls)
+    assert [c.tool for c in batch.calls] == ["lamp"]
+    sent = h.feed(ResponseCancel())
+    assert [m.status for m in sent if isinstance(m, ToolStatus)] == ["cancelled", "cancelled"]
+    assert isinstance(sent[-1], ResponseDone)
+    assert sent[-1].status == "cancelled"
+    assert any(isinstance(e, CancelTool) for e in h.other)
+
+
+def test_cancel_mid_stream_drops_later_deltas():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="talk"))
+    step = h.last_model_call().step_id
+    h.model(ModelText("one "))
+    (done,) = h.feed(ResponseCancel())
+    assert isinstance(done, ResponseDone)
+    assert done.status == "cancelled"
+    assert CancelModel(step) in h.other
+    assert h.feed(ModelOutput(step, ModelText("two"))) == []
+    assert h.feed(ModelOutput(step, ModelFinish())) == []
+
+
+def test_cancel_with_nothing_running_or_another_id_does_nothing():
+    h = Harness()
+    h.start()
+    assert h.feed(ResponseCancel()) == []
+    h.feed(UserMessage(text="x"))
+    assert h.feed(ResponseCancel(response_id="resp_other")) == []
+
+
+def test_messages_queue_behind_a_response_up_to_the_limit():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="first"))
+    assert h.feed(UserMessage(text="second")) == []
+    assert h.feed(UserMessage(text="third")) == []
+    (busy,) = h.feed(UserMessage(text="fourth", id="4"))
+    assert isinstance(busy, Error)
+    assert (busy.code, busy.in_reply_to) == ("busy", "4")
+    sent = h.model(ModelText("ok"), ModelFinish())
+    assert isinstance(sent[-2], ResponseDone)
+    assert isinstance(sent[-1], ResponseCreated)
+    assert h.last_model_call().request.items[-1] == UserTurn(text="second")
+
+
+def test_max_steps_ends_the_response_incomplete():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="loop"))
+    for _ in range(LIMITS.max_steps):
+        h.model(ModelToolCall(name="weather", args={}), ModelFinish())
+        run = [e for e in h.other if isinstance(e, RunTool)][-1]
+        sent = h.feed(ToolFinished(call_id=run.call_id, output={}))
+    error, done = sent[-2], sent[-1]
+    assert isinstance(error, Error)
+    assert error.code == "max_steps_exceeded"
+    assert isinstance(done, ResponseDone)
+    assert done.status == "incomplete"
+
+
+def test_model_failure_fails_the_response_but_not_the_session():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="x"))
+    step = h.last_model_call().step_id
+    error, done = h.feed(ModelFailed(step, "boom"))
+    assert isinstance(error, Error)
+    assert (error.code, error.retryable) == ("provider_error", True)
+    assert isinstance(done, ResponseDone)
+    assert done.status == "failed"
+    h.feed(UserMessage(text="again"))
+    assert isinstance(h.model(ModelText("fine"), ModelFinish())[-1], ResponseDone)
+
+
+def test_disconnect_cancels_everything_and_closes():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="weather"))
+    h.model(ModelToolCall(name="weather", args={}), ModelFinish())
+    assert h.feed(Disconnected()) == []
+    assert h.session.closed
+    assert h.session.next_deadline() is None
+    assert any(isinstance(e, CancelTool) for e in h.other)
+    assert h.feed(UserMessage(text="ignored")) == []
+
+
+def test_call_lifecycle_refuses_a_second_settlement():
+    call = Call(
+        call_id="c", tool="t", display_name="T", kind="client", args={}, response_id="r", deadline=1
+    )
+    call.advance(CallState.COMPLETED)
+    assert call.settled
+    with pytest.raises(IllegalTransition):
+        call.advance(CallState.FAILED)
