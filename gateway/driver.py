@@ -20,6 +20,7 @@ from gateway.protocol import (
     ResponseCreated,
     ResponseDone,
     ServerMsg,
+    SessionCreated,
     ToolCalls,
     ToolStatus,
     encode,
@@ -189,6 +190,13 @@ class Driver:
     def _log_sent(self, msg: ServerMsg) -> None:
         """One line per noteworthy event; never user text or arguments, only sizes."""
         match msg:
+            case SessionCreated(agent=agent, tools=tools):
+                log.info(
+                    "session_started",
+                    agent=agent,
+                    tools=len(tools),
+                    metadata_size=len(msgspec.json.encode(self._session.metadata)),
+                )
             case ResponseCreated(response_id=response_id):
                 self._response_started[response_id] = self._clock()
                 log.info("response_started", response_id=response_id)

@@ -177,7 +177,7 @@ class Limits(msgspec.Struct, kw_only=True):
 class SessionCreated(ServerMsg, tag="session.created"):
     session_id: str
     agent: str
-    protocol_version: int = PROTOCOL_VERSION
+    protocol_version: int
     tools: list[ToolInfo] = []
     limits: Limits | None = None
 
@@ -243,6 +243,8 @@ class Error(ServerMsg, tag="error"):
     message: str
     in_reply_to: str | None = None
     call_id: str | None = None
+    response_id: str | None = None
+    """The response the error ended or belongs to, if any."""
     retryable: bool = False
     fatal: bool = False
 

@@ -19,6 +19,7 @@ import msgspec
 from gateway.call import Call, CallState
 from gateway.errors import ConfigError
 from gateway.protocol import (
+    PROTOCOL_VERSION,
     ClientCall,
     DecodeFailure,
     Error,
@@ -188,6 +189,8 @@ class Session:
         self._queue: deque[UserMessage] = deque()
         self._response: _Response | None = None
         self._now = 0.0
+        self.metadata: dict[str, Any] = {}
+        """What the client sent in ``session.start``; the gateway keeps it for the app."""
 
     # ----------------------------------------------------------------- public
 
@@ -275,6 +278,7 @@ class Session:
         if msg.instructions:
             self._instructions = f"{self._instructions}\n\n{msg.instructions}".strip()
         self._phase = Phase.OPEN
+        self.metadata = msg.metadata
         infos = [
             ToolInfo(
                 name=d.name,
@@ -288,6 +292,7 @@ class Session:
         self._send(
             SessionCreated(
                 session_id=self.session_id,
+                protocol_version=PROTOCOL_VERSION,
                 agent=self._settings.agent,
                 tools=infos,
                 limits=self._settings.limits,
@@ -322,7 +327,10 @@ class Session:
             self._start_response(msg)
         elif len(self._queue) >= self._settings.limits.max_queued_messages:
             self._error(
-                "busy", "too many messages waiting for the running response", in_reply_to=msg.id
+                "busy",
+                "too many messages waiting for the running response",
+                in_reply_to=msg.id,
+                retryable=True,
             )
         else:
             self._queue.append(msg)
@@ -334,13 +342,6 @@ class Session:
         self._start_step(self._response)
 
     def _start_step(self, response: _Response) -> None:
-        if response.steps >= self._settings.limits.max_steps:
-            self._error(
-                "max_steps_exceeded",
-                f"the model used its {response.steps} steps without finishing",
-            )
-            self._end_response("incomplete")
-            return
         response.steps += 1
         response.step_id = self._new_id("step")
         response.text = []
@@ -413,12 +414,29 @@ class Session:
         if response.text:
             self._items.append(AssistantTurn(text="".join(response.text)))
         response.step_id = None
-        self._error("provider_error", event.message, retryable=event.retryable)
+        self._error(
+            "provider_error",
+            event.message,
+            retryable=event.retryable,
+            response_id=response.response_id,
+        )
         self._end_response("failed")
 
     def _finish_step(self, response: _Response) -> None:
         text = "".join(response.text)
         response.step_id = None
+        if response.requested and response.steps >= self._settings.limits.max_steps:
+            # No step is left to use their results, so the calls are not run at all.
+            self._items.append(AssistantTurn(text=text))
+            if text:
+                self._send(TextDone(response_id=response.response_id, text=text))
+            self._error(
+                "max_steps_exceeded",
+                f"the model asked for tools after its last allowed step ({response.steps})",
+                response_id=response.response_id,
+            )
+            self._end_response("incomplete")
+            return
         response.calls = [self._new_call(response, request) for request in response.requested]
         self._items.append(
             AssistantTurn(
@@ -501,13 +519,9 @@ class Session:
                 call_id=result.call_id[:128],
             )
             return
-        if result.tool != call.tool or result.display_name not in (None, call.display_name):
-            self._error(
-                "invalid_result",
-                f"result names tool {result.tool[:64]!r} but call {call.call_id} is {call.tool!r}",
-                in_reply_to=msg_id,
-                call_id=call.call_id,
-            )
+        mismatch = _echo_mismatch(result, call)
+        if mismatch:
+            self._error("invalid_result", mismatch, in_reply_to=msg_id, call_id=call.call_id)
             return
         if call.settled:
             self._send(_status(call, duplicate=True))
@@ -605,6 +619,7 @@ class Session:
         *,
         in_reply_to: str | None = None,
         call_id: str | None = None,
+        response_id: str | None = None,
         retryable: bool = False,
     ) -> None:
         self._send(
@@ -613,6 +628,7 @@ class Session:
                 message=message,
                 in_reply_to=in_reply_to,
                 call_id=call_id,
+                response_id=response_id,
                 retryable=retryable,
             )
         )
@@ -630,6 +646,18 @@ def _status(call: Call, *, duplicate: bool = False) -> ToolStatus:
     if call.kind == "server" and call.state is CallState.COMPLETED:
         status.result = call.output
     return status
+
+
+def _echo_mismatch(result: ToolResult, call: Call) -> str | None:
+    """Say how a result's echo of ``tool``/``display_name`` differs from its call."""
+    if result.tool != call.tool:
+        return f"result names tool {result.tool[:64]!r} but call {call.call_id} is {call.tool!r}"
+    if result.display_name is not None and result.display_name != call.display_name:
+        return (
+            f"result names display_name {result.display_name[:64]!r} but call {call.call_id}"
+            f" has {call.display_name!r}"
+        )
+    return None
 
 
 def _id_of(event: Event) -> str | None:

@@ -26,7 +26,13 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     """``GET /v1/realtime``: one conversation per socket."""
     runtime = websocket.app.state.runtime
     offered = websocket.scope.get("subprotocols") or []
-    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    if offered and SUBPROTOCOL not in offered:
+        # A client asking only for other protocols (say a future gateway.v2) must not be
+        # served v1 by surprise; closing before accept refuses the handshake (HTTP 403).
+        log.info("subprotocol_refused", offered=offered[:4])
+        await websocket.close(code=CloseCode.POLICY)
+        return
+    await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
     session = runtime.new_session()
 
     async def send(data: bytes) -> None:

@@ -37,7 +37,11 @@ async def running_gateway(**overrides: Any) -> AsyncIterator[str]:
     config = Config(host="127.0.0.1", port=0, **overrides)
     server = build_server(config, create_app(config))
     # Listening before uvicorn starts means clients queue in the backlog: no race, no polling.
-    sock = socket.create_server(("127.0.0.1", 0))
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only then,
+    # and without it Nagle + delayed ACKs stall every streamed event by ~40 ms.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
     port = sock.getsockname()[1]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

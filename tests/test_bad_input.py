@@ -168,3 +168,17 @@ async def test_gateway_survives_a_client_that_vanishes_mid_call(url):
     async with session(url) as (conn, _):
         events = await say(conn, "echo the gateway is fine")
     assert streamed_text(events) == "the gateway is fine"
+
+
+async def test_a_client_asking_only_for_another_subprotocol_is_refused(url):
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with connect_raw(url, subprotocols=["gateway.v2"]):
+            pass
+    assert refused.value.response.status_code == 403
+
+
+async def test_a_client_offering_no_subprotocol_is_served(url):
+    async with connect_raw(url, subprotocols=None) as conn:
+        assert conn.websocket.subprotocol is None
+        await conn.send(SessionStart())
+        assert isinstance(await conn.recv(), SessionCreated)

@@ -48,7 +48,7 @@ def _answer(calls: ToolCalls, tool: str, **output: object) -> ToolResult:
 async def test_text_streams_in_order_with_increasing_seq(url):
     async with session(url) as (conn, created):
         events = await say(conn, "echo the quick brown fox", msg_id="m1")
-    assert created.seq == 1
+    assert (created.seq, created.protocol_version) == (1, 1)
     assert types(events) == [
         "response.created",
         *["text.delta"] * 4,
@@ -231,12 +231,16 @@ async def test_unknown_and_foreign_call_ids_get_unknown_call(url):
     assert streamed_text(events) == "A=mine"
 
 
-async def test_result_naming_another_tool_is_rejected_and_the_call_stays_open(url):
+@pytest.mark.parametrize(
+    ("echo", "words"),
+    [({"tool": "device_b"}, "names tool 'device_b'"), ({"display_name": "Other"}, "display_name")],
+)
+async def test_result_echoing_another_tool_is_rejected_and_the_call_stays_open(url, echo, words):
     async with session(url) as (conn, _):
         calls = await say_until_calls(conn, "one")
         call = calls.calls[0]
-        wrong = ToolResult(call_id=call.call_id, tool="device_b", output={"value": "x"})
-        await conn.send(ToolResults(id="r1", results=[wrong]))
+        fields = {"call_id": call.call_id, "tool": call.tool, "output": {"value": "x"}, **echo}
+        await conn.send(ToolResults(id="r1", results=[ToolResult(**fields)]))
         error = await conn.recv()
         assert isinstance(error, Error)
         assert (error.code, error.call_id, error.in_reply_to) == (
@@ -244,6 +248,7 @@ async def test_result_naming_another_tool_is_rejected_and_the_call_stays_open(ur
             call.call_id,
             "r1",
         )
+        assert words in error.message
         await conn.send(ToolResults(results=[_answer(calls, "device_a", value="right")]))
         events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
     assert streamed_text(events) == "A=right"
@@ -335,6 +340,7 @@ async def test_broken_model_stream_fails_the_response_and_the_session_goes_on(ur
         assert error.retryable
         assert "upstream broke" in error.message
         done = events[-1]
+        assert error.response_id == done.response_id  # type: ignore[union-attr]
         assert isinstance(done, ResponseDone)
         assert done.status == "failed"
         assert streamed_text(events) == "partial answer"
@@ -364,6 +370,6 @@ async def test_a_looping_model_stops_at_max_steps(url):
     done = events[-1]
     assert isinstance(done, ResponseDone)
     assert done.status == "incomplete"
-    assert len([e for e in events if isinstance(e, ToolStatus) and e.status == "completed"]) == (
-        created.limits.max_steps
-    )
+    # The last step's calls are not run: no step would be left to use their results.
+    completed = [e for e in events if isinstance(e, ToolStatus) and e.status == "completed"]
+    assert len(completed) == created.limits.max_steps - 1

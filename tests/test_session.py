@@ -344,26 +344,31 @@ def test_messages_queue_behind_a_response_up_to_the_limit():
     assert h.feed(UserMessage(text="third")) == []
     (busy,) = h.feed(UserMessage(text="fourth", id="4"))
     assert isinstance(busy, Error)
-    assert (busy.code, busy.in_reply_to) == ("busy", "4")
+    assert (busy.code, busy.in_reply_to, busy.retryable) == ("busy", "4", True)
     sent = h.model(ModelText("ok"), ModelFinish())
     assert isinstance(sent[-2], ResponseDone)
     assert isinstance(sent[-1], ResponseCreated)
     assert h.last_model_call().request.items[-1] == UserTurn(text="second")
 
 
-def test_max_steps_ends_the_response_incomplete():
+def test_max_steps_ends_the_response_incomplete_without_running_the_last_calls():
     h = Harness()
     h.start()
     h.feed(UserMessage(text="loop"))
-    for _ in range(LIMITS.max_steps):
+    for _ in range(LIMITS.max_steps - 1):
         h.model(ModelToolCall(name="weather", args={}), ModelFinish())
         run = [e for e in h.other if isinstance(e, RunTool)][-1]
-        sent = h.feed(ToolFinished(call_id=run.call_id, output={}))
-    error, done = sent[-2], sent[-1]
+        h.feed(ToolFinished(call_id=run.call_id, output={}))
+    runs_before = len([e for e in h.other if isinstance(e, RunTool)])
+    sent = h.model(ModelText("again"), ModelToolCall(name="weather", args={}), ModelFinish())
+    assert [type(m) for m in sent] == [TextDelta, TextDone, Error, ResponseDone]
+    error, done = sent[2], sent[3]
     assert isinstance(error, Error)
-    assert error.code == "max_steps_exceeded"
+    assert (error.code, error.response_id) == ("max_steps_exceeded", done.response_id)  # type: ignore[union-attr]
     assert isinstance(done, ResponseDone)
     assert done.status == "incomplete"
+    assert len([e for e in h.other if isinstance(e, RunTool)]) == runs_before
+    assert h.session.next_deadline() is None
 
 
 def test_model_failure_fails_the_response_but_not_the_session():
