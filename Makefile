@@ -17,9 +17,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/gateway serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) check
 	$(BIN)/python -m pytest
-	$(MAKE) check
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .
