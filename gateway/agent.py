@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -39,6 +39,8 @@ class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ref: str
     """``package.module:name`` or ``file.py:name`` (relative to the agent file)."""
     timeout: float | None = None
+    delivery: Literal["when_idle", "interrupt", "silent"] | None = None
+    """Async tools: overrides the delivery set in ``@tool``."""
 
 
 class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -99,7 +101,9 @@ def load_agent(path: Path, *, pace: float | None = None) -> Agent:
             found = _import_tool(entry.ref, path.parent)
             if not isinstance(found, ServerTool):
                 raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
-            server_tools[found.definition.name] = found.with_options(timeout=entry.timeout)
+            server_tools[found.definition.name] = found.with_options(
+                timeout=entry.timeout, delivery=entry.delivery
+            )
         client_defs = [
             ToolDef(
                 name=fn.name,

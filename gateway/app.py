@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -29,10 +30,25 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Runtime:
-    """What every session of this gateway shares: config and agent."""
+    """What every session of this gateway shares: config, agent, the live sessions."""
 
     config: Config
     agent: Agent
+    drivers: set[Driver] = field(default_factory=set)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while no session is live (tests wait on it; shutdown will too)."""
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def attach(self, driver: Driver) -> None:
+        self.drivers.add(driver)
+        self.idle.clear()
+
+    def detach(self, driver: Driver) -> None:
+        self.drivers.discard(driver)
+        if not self.drivers:
+            self.idle.set()
 
     def new_session(self) -> Session:
         config = self.config
@@ -80,6 +96,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
                 "protocol_version": PROTOCOL_VERSION,
                 "agent": runtime.agent.name,
                 "model": runtime.agent.provider.name,
+                "sessions": len(runtime.drivers),
             }
         )
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["Call", "CallState", "IllegalTransition"]
+__all__ = ["Call", "CallState", "IllegalTransition", "Ledger"]
 
 
 class CallState(enum.StrEnum):
@@ -53,6 +53,8 @@ class Call(msgspec.Struct, kw_only=True):
     args: dict[str, Any]
     response_id: str
     deadline: float
+    execution: Literal["sync", "async"] = "sync"
+    delivery: Literal["when_idle", "interrupt", "silent"] = "when_idle"
     state: CallState = CallState.REQUESTED
     output: Any = None
     error: str | None = None
@@ -61,6 +63,15 @@ class Call(msgspec.Struct, kw_only=True):
     def settled(self) -> bool:
         """True once the call reached a terminal state."""
         return self.state in _TERMINAL
+
+    @property
+    def blocking(self) -> bool:
+        """True while the model step that asked for it must wait for it.
+
+        An async call stops blocking once it is pending: the model has its
+        ``{"status": "pending"}`` answer and the real result comes later.
+        """
+        return self.state in (CallState.REQUESTED, CallState.RUNNING)
 
     def advance(self, state: CallState) -> None:
         """Move to ``state``.
@@ -71,3 +82,32 @@ class Call(msgspec.Struct, kw_only=True):
         if state not in _ALLOWED.get(self.state, frozenset()):
             raise IllegalTransition(f"call {self.call_id}: {self.state} -> {state}")
         self.state = state
+
+
+class Ledger:
+    """Every call of a session by id, settled ones included, so that a repeated
+    result is recognised and answered with the stored outcome."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, Call] = {}
+        self._open: dict[str, Call] = {}
+
+    def add(self, call: Call) -> None:
+        self._calls[call.call_id] = call
+        self._open[call.call_id] = call
+
+    def get(self, call_id: str) -> Call | None:
+        return self._calls.get(call_id)
+
+    def open_calls(self) -> list[Call]:
+        """Calls not settled yet, oldest first."""
+        for call_id in [c.call_id for c in self._open.values() if c.settled]:
+            del self._open[call_id]
+        return list(self._open.values())
+
+    def next_deadline(self) -> float | None:
+        return min((call.deadline for call in self.open_calls()), default=None)
+
+    def due(self, now: float) -> list[Call]:
+        """Open calls whose deadline has passed."""
+        return [call for call in self.open_calls() if call.deadline <= now]

@@ -15,6 +15,20 @@ import msgspec
 import structlog
 
 from gateway.errors import ProviderError
+from gateway.event import (
+    CallModel,
+    CancelModel,
+    CancelTool,
+    Effect,
+    Event,
+    ModelFailed,
+    ModelOutput,
+    RunTool,
+    Send,
+    Tick,
+    ToolFinished,
+    ToolProgress,
+)
 from gateway.protocol import (
     Error,
     ResponseCreated,
@@ -26,21 +40,8 @@ from gateway.protocol import (
     encode,
 )
 from gateway.providers.base import ModelFinish, Provider
-from gateway.session import (
-    CallModel,
-    CancelModel,
-    CancelTool,
-    Effect,
-    Event,
-    ModelFailed,
-    ModelOutput,
-    RunTool,
-    Send,
-    Session,
-    Tick,
-    ToolFinished,
-)
-from gateway.tools import ServerTool
+from gateway.session import Session
+from gateway.tools import Progress, ServerTool
 
 __all__ = ["Driver"]
 
@@ -137,7 +138,7 @@ class Driver:
             finally:
                 self._tasks.pop(key, None)
 
-        self._tasks[key] = asyncio.create_task(tracked())
+        self._tasks[key] = asyncio.create_task(tracked(), name=f"gateway:{key}")
 
     async def _stream_model(self, effect: CallModel) -> None:
         step_id = effect.step_id
@@ -165,8 +166,12 @@ class Driver:
             self.feed(ToolFinished(call_id=effect.call_id, error="the tool has no implementation"))
             return
         started = self._clock()
+        call_id = effect.call_id
+        progress = Progress(
+            lambda payload: self.feed(ToolProgress(call_id=call_id, payload=payload))
+        )
         try:
-            output = await tool.invoke(effect.args)
+            output = await tool.invoke(effect.args, progress)
         except Exception as exc:
             log.warning(
                 "tool_raised", call_id=effect.call_id, tool=effect.tool, error=type(exc).__name__

@@ -160,6 +160,8 @@ class ToolInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str
     kind: Literal["client", "server"]
     execution: Literal["sync", "async"] = "sync"
+    delivery: Literal["when_idle", "interrupt", "silent"] | None = None
+    """For async tools: how their result reaches the model."""
     display_name: str = ""
     description: str = ""
 
@@ -185,6 +187,9 @@ class SessionCreated(ServerMsg, tag="session.created"):
 class ResponseCreated(ServerMsg, tag="response.created"):
     response_id: str
     in_reply_to: str | None = None
+    """The ``id`` of the ``user.message`` this response answers."""
+    call_id: str | None = None
+    """Set instead when the response tells the user an async tool's result."""
 
 
 class TextDelta(ServerMsg, tag="text.delta"):
@@ -221,6 +226,9 @@ class ToolStatus(ServerMsg, tag="tool.status"):
     status: CallStatus
     response_id: str | None = None
     result: Any = msgspec.UNSET
+    """The output of a completed server tool."""
+    progress: Any = msgspec.UNSET
+    """What a running async tool reported, with ``status: progress``."""
     error: str | None = None
     duplicate: bool = False
     """True when this repeats the stored outcome of a call that was already settled."""

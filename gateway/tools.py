@@ -9,6 +9,7 @@ from the types and cannot drift from the code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ from gateway.errors import ConfigError
 from gateway.schema import SchemaValidator, schema_problem
 
 __all__ = [
+    "Progress",
     "ServerTool",
     "ToolDef",
     "ToolEntry",
@@ -122,6 +124,29 @@ class ToolRegistry:
         return len(self._entries)
 
 
+class Progress:
+    """Passed to a tool that declares a ``Progress`` parameter: ``progress(payload)``
+    sends ``tool.status progress`` with any JSON-compatible payload. Thread-safe, so
+    plain functions running in a worker thread may call it too."""
+
+    __slots__ = ("_loop", "_report")
+
+    def __init__(self, report: Callable[[Any], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._report = report
+
+    def __call__(self, payload: Any) -> None:
+        builtins = msgspec.to_builtins(payload)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._report(builtins)
+        else:
+            self._loop.call_soon_threadsafe(self._report, builtins)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerTool:
     """A Python function the gateway runs as a tool. Build it with ``@tool``."""
@@ -129,8 +154,9 @@ class ServerTool:
     definition: ToolDef
     func: Callable[..., Any]
     input_type: type[msgspec.Struct] | None
+    takes_progress: bool = False
 
-    async def invoke(self, args: dict[str, Any]) -> Any:
+    async def invoke(self, args: dict[str, Any], progress: Progress | None = None) -> Any:
         """Run the function with ``args`` (already checked against the input schema).
 
         A plain function runs in a worker thread so it cannot block the event loop;
@@ -139,19 +165,27 @@ class ServerTool:
         Returns:
             The result as JSON-compatible builtins.
         """
-        call_args = () if self.input_type is None else (msgspec.convert(args, self.input_type),)
+        call_args: list[Any] = []
+        if self.input_type is not None:
+            call_args.append(msgspec.convert(args, self.input_type))
+        if self.takes_progress:
+            call_args.append(progress if progress is not None else Progress(lambda _: None))
         if inspect.iscoroutinefunction(self.func):
             result = await self.func(*call_args)
         else:
             result = await asyncio.to_thread(self.func, *call_args)
         return msgspec.to_builtins(result)
 
-    def with_options(self, *, timeout: float | None = None) -> ServerTool:
-        """The same tool with its timeout replaced (agent files may tune it)."""
-        if timeout is None:
-            return self
-        definition = msgspec.structs.replace(self.definition, timeout=timeout)
-        return ServerTool(definition=definition, func=self.func, input_type=self.input_type)
+    def with_options(
+        self, *, timeout: float | None = None, delivery: Delivery | None = None
+    ) -> ServerTool:
+        """The same tool with its timeout or delivery replaced (agent files may tune them)."""
+        definition = self.definition
+        if timeout is not None:
+            definition = msgspec.structs.replace(definition, timeout=timeout)
+        if delivery is not None:
+            definition = msgspec.structs.replace(definition, delivery=delivery)
+        return dataclasses.replace(self, definition=definition)
 
 
 def _struct_schema(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
@@ -173,10 +207,19 @@ def tool(
     description: str | None = None,
     display_name: str | None = None,
     timeout: float | None = None,
+    execution: Execution = "sync",
+    delivery: Delivery = "when_idle",
 ) -> Callable[[Callable[..., Any]], ServerTool]:
     """Make a server tool of a function taking (at most) one msgspec Struct.
 
     The description defaults to the docstring; schemas come from the type hints.
+    A parameter annotated ``Progress`` receives a progress reporter.
+
+    Args:
+        execution: ``sync`` runs inside the turn; ``async`` answers the model
+            ``{"status": "pending"}`` at once and delivers the result later.
+        delivery: for async tools, how the result reaches the model:
+            ``when_idle``, ``interrupt`` or ``silent`` (see docs/agents.md).
 
     Example:
         >>> class StockQuery(msgspec.Struct):
@@ -189,7 +232,8 @@ def tool(
     def decorate(func: Callable[..., Any]) -> ServerTool:
         tool_name = name or func.__name__
         hints = get_type_hints(func)
-        params = list(inspect.signature(func).parameters)
+        params = [p for p in inspect.signature(func).parameters if hints.get(p) is not Progress]
+        takes_progress = Progress in (hints.get(p) for p in inspect.signature(func).parameters)
         if len(params) > 1:
             raise ConfigError(f"tool {tool_name!r}: takes one msgspec Struct argument at most")
         input_type = hints.get(params[0]) if params else None
@@ -215,8 +259,12 @@ def tool(
             output_schema=output_schema,
             display_name=display_name or default_display_name(tool_name),
             timeout=timeout,
+            execution=execution,
+            delivery=delivery,
         )
         _check(definition)
-        return ServerTool(definition=definition, func=func, input_type=input_type)
+        return ServerTool(
+            definition=definition, func=func, input_type=input_type, takes_progress=takes_progress
+        )
 
     return decorate

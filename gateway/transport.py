@@ -14,8 +14,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway.driver import Driver
 from gateway.errors import CloseCode
+from gateway.event import Disconnected
 from gateway.protocol import SUBPROTOCOL, DecodeFailure, decode_client
-from gateway.session import Disconnected
 
 __all__ = ["realtime_endpoint"]
 
@@ -43,21 +43,35 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     with structlog.contextvars.bound_contextvars(session_id=session.session_id):
         driver = runtime.new_driver(session, send)
         log.info("session_connected", client=str(websocket.client))
-        runner = asyncio.create_task(driver.run())
-        receiver = asyncio.create_task(_receive(websocket, driver))
+        runtime.attach(driver)
+        try:
+            close_code = await _serve(websocket, driver)
+        finally:
+            runtime.detach(driver)
+        log.info("session_closed", close_code=close_code)
+
+
+async def _serve(websocket: WebSocket, driver: Driver) -> int:
+    """Run the driver and the receive loop until one ends; return the close code."""
+    runner = asyncio.create_task(driver.run(), name="gateway:driver")
+    receiver = asyncio.create_task(_receive(websocket, driver), name="gateway:receive")
+    try:
         done, _ = await asyncio.wait({runner, receiver}, return_when=asyncio.FIRST_COMPLETED)
         if receiver in done:
             if receiver.exception() is not None:
                 log.error("receive_failed", error=repr(receiver.exception()))
             driver.feed(Disconnected())
-            close_code = await _finish(runner)
-        else:
-            receiver.cancel()
-            await asyncio.gather(receiver, return_exceptions=True)
-            close_code = await _finish(runner)
-            with contextlib.suppress(RuntimeError, OSError):
-                await websocket.close(code=close_code)
-        log.info("session_closed", close_code=close_code)
+            return await _finish(runner)
+        receiver.cancel()
+        close_code = await _finish(runner)
+        with contextlib.suppress(RuntimeError, OSError):
+            await websocket.close(code=close_code)
+        return close_code
+    finally:
+        # Also on cancellation (server shutdown): nothing of the session outlives it.
+        for task in (runner, receiver):
+            task.cancel()
+        await asyncio.gather(runner, receiver, return_exceptions=True)
 
 
 async def _receive(websocket: WebSocket, driver: Driver) -> None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from client_sdk import Connection, connect_raw
 from gateway.__main__ import build_server
-from gateway.app import create_app
+from gateway.agent import DEMO_AGENT, load_agent
+from gateway.app import Runtime, create_app
 from gateway.config import Config
 from gateway.protocol import (
     Outbound,
@@ -22,8 +25,30 @@ from gateway.protocol import (
     ToolCalls,
     UserMessage,
 )
+from gateway.providers.base import ModelEvent, ModelRequest, Provider
 
 TEST_AGENT = Path(__file__).parent / "data" / "agent.toml"
+
+
+class RecordingProvider:
+    """Wraps a provider and keeps every request it got: what the model really saw."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.capabilities = inner.capabilities
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.requests.append(request)
+        return self.inner.stream(request)
+
+
+@dataclass
+class Gateway:
+    url: str
+    runtime: Runtime
+    model: RecordingProvider
 
 
 @asynccontextmanager
@@ -33,9 +58,21 @@ async def running_gateway(**overrides: Any) -> AsyncIterator[str]:
     Yields:
         The ``ws://`` URL of ``/v1/realtime``.
     """
+    async with serving(**overrides) as gateway:
+        yield gateway.url
+
+
+@asynccontextmanager
+async def serving(**overrides: Any) -> AsyncIterator[Gateway]:
+    """Like ``running_gateway``, yielding the runtime and a recording of the model too."""
     overrides.setdefault("agent", str(TEST_AGENT))
     config = Config(host="127.0.0.1", port=0, **overrides)
-    server = build_server(config, create_app(config))
+    agent = load_agent(
+        Path(config.agent) if config.agent else DEMO_AGENT, pace=config.scripted_pace
+    )
+    model = RecordingProvider(agent.provider)
+    app = create_app(config, agent=dataclasses.replace(agent, provider=model))
+    server = build_server(config, app)
     # Listening before uvicorn starts means clients queue in the backlog: no race, no polling.
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only then,
     # and without it Nagle + delayed ACKs stall every streamed event by ~40 ms.
@@ -45,7 +82,7 @@ async def running_gateway(**overrides: Any) -> AsyncIterator[str]:
     port = sock.getsockname()[1]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
+        yield Gateway(f"ws://127.0.0.1:{port}/v1/realtime", app.state.runtime, model)
     finally:
         server.should_exit = True
         await task

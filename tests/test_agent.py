@@ -47,10 +47,14 @@ def test_demo_agent_has_the_promised_tools():
     kinds = {d.name: d.kind for d in agent.tools.definitions()}
     assert kinds == {
         "check_stock": "server",
+        "check_order_status": "server",
         "open_settings": "client",
         "get_battery_level": "client",
         "get_nearest_store": "client",
     }
+    order = agent.tools.get("check_order_status")
+    assert order is not None
+    assert (order.definition.execution, order.definition.delivery) == ("async", "when_idle")
     schema = agent.tools.get("check_stock").definition.input_schema  # type: ignore[union-attr]
     assert schema["required"] == ["product"]
     assert schema["properties"]["product"]["type"] == "string"

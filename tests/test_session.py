@@ -8,6 +8,21 @@ from typing import Any
 import pytest
 
 from gateway.call import Call, CallState, IllegalTransition
+from gateway.event import (
+    CallModel,
+    CancelModel,
+    CancelTool,
+    Disconnected,
+    Effect,
+    Event,
+    ModelFailed,
+    ModelOutput,
+    RunTool,
+    Send,
+    Tick,
+    ToolFinished,
+    ToolProgress,
+)
 from gateway.protocol import (
     DecodeFailure,
     Error,
@@ -30,24 +45,9 @@ from gateway.protocol import (
     UserMessage,
 )
 from gateway.providers.base import ModelFinish, ModelText, ModelToolCall, ModelUsage
-from gateway.session import (
-    CallModel,
-    CancelModel,
-    CancelTool,
-    Disconnected,
-    Effect,
-    Event,
-    ModelFailed,
-    ModelOutput,
-    RunTool,
-    Send,
-    Session,
-    SessionSettings,
-    Tick,
-    ToolFinished,
-)
+from gateway.session import Session, SessionSettings
 from gateway.tools import ToolDef, ToolRegistry
-from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
+from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 LIMITS = Limits(
     max_message_chars=100,
@@ -76,6 +76,22 @@ TOOLS = ToolRegistry(
             kind="server",
             input_schema={"type": "object"},
             timeout=2.0,
+        ),
+        *(
+            ToolDef(
+                name=name,
+                description="Track a parcel.",
+                kind="server",
+                input_schema={"type": "object"},
+                timeout=60.0,
+                execution="async",
+                delivery=delivery,
+            )
+            for name, delivery in (
+                ("track", "when_idle"),
+                ("track_now", "interrupt"),
+                ("track_quietly", "silent"),
+            )
         ),
     ]
 )
@@ -161,7 +177,7 @@ def test_text_streams_then_done_then_response_done_with_usage():
     request = h.last_model_call().request
     assert request.items == (UserTurn(text="hi"),)
     assert request.instructions == "be nice"
-    assert [t.name for t in request.tools] == ["lamp", "weather"]
+    assert [t.name for t in request.tools] == [d.name for d in TOOLS.definitions()]
 
 
 def test_message_before_start_and_second_start_are_errors():
@@ -188,8 +204,7 @@ def test_client_functions_declared_at_start_join_the_tools():
         client_functions=[ToolSpec(name="vibrate", description="Vibrate the phone.", timeout=3)]
     )
     assert [(t.name, t.kind) for t in created.tools] == [
-        ("lamp", "client"),
-        ("weather", "server"),
+        *((d.name, d.kind) for d in TOOLS.definitions()),
         ("vibrate", "client"),
     ]
 
@@ -405,3 +420,113 @@ def test_call_lifecycle_refuses_a_second_settlement():
     assert call.settled
     with pytest.raises(IllegalTransition):
         call.advance(CallState.FAILED)
+
+
+def start_async(h: Harness, tool: str = "track") -> str:
+    """Ask for an async call in a response that then ends; return the call id."""
+    h.feed(UserMessage(text="where is it"))
+    sent = h.model(ModelToolCall(name=tool, args={}), ModelFinish())
+    (pending,) = sent
+    assert isinstance(pending, ToolStatus)
+    assert pending.status == "pending"
+    # The model got PENDING at once and its next step already started.
+    assert h.last_model_call().request.items[-1] == ToolOutcome(
+        call_id=pending.call_id, name=tool, output={"status": "pending"}
+    )
+    done = h.model(ModelText("looking"), ModelFinish())[-1]
+    assert isinstance(done, ResponseDone)
+    return pending.call_id
+
+
+NOTE = '<context>function [{}] completed with response {{"at":"depot"}}</context>'
+
+
+def test_async_result_when_idle_starts_a_response_with_the_context():
+    h = Harness()
+    h.start()
+    call_id = start_async(h)
+    completed, created = h.feed(ToolFinished(call_id=call_id, output={"at": "depot"}))
+    assert isinstance(completed, ToolStatus)
+    assert (completed.status, completed.result) == ("completed", {"at": "depot"})
+    assert isinstance(created, ResponseCreated)
+    assert created.call_id == call_id
+    assert h.last_model_call().request.items[-1] == ContextNote(
+        text=NOTE.format("track"), call_id=call_id
+    )
+
+
+def test_async_result_when_busy_joins_the_next_step_of_the_running_response():
+    h = Harness()
+    h.start()
+    call_id = start_async(h)
+    h.feed(UserMessage(text="lamp"))
+    (batch,) = h.model(lamp_call(), ModelFinish())
+    assert isinstance(batch, ToolCalls)
+    (completed,) = h.feed(ToolFinished(call_id=call_id, output={"at": "depot"}))
+    assert isinstance(completed, ToolStatus)
+    lamp = batch.calls[0]
+    h.feed(ToolResults(results=[ToolResult(call_id=lamp.call_id, tool="lamp", output={"ok": 1})]))
+    items = h.last_model_call().request.items
+    assert isinstance(items[-2], ToolOutcome)
+    assert items[-1] == ContextNote(text=NOTE.format("track"), call_id=call_id)
+
+
+def test_async_result_with_interrupt_cancels_the_running_response():
+    h = Harness()
+    h.start()
+    call_id = start_async(h, "track_now")
+    h.feed(UserMessage(text="talk"))
+    h.model(ModelText("blah "))
+    running = h.last_model_call()
+    sent = h.feed(ToolFinished(call_id=call_id, output={"at": "depot"}))
+    assert [type(m) for m in sent] == [ToolStatus, ResponseDone, ResponseCreated]
+    assert isinstance(sent[1], ResponseDone)
+    assert (sent[1].response_id, sent[1].status) == (running.response_id, "cancelled")
+    assert CancelModel(running.step_id) in h.other
+
+
+def test_silent_async_result_waits_for_the_next_model_call():
+    h = Harness()
+    h.start()
+    call_id = start_async(h, "track_quietly")
+    (completed,) = h.feed(ToolFinished(call_id=call_id, output={"at": "depot"}))
+    assert isinstance(completed, ToolStatus)
+    h.feed(UserMessage(text="and now?"))
+    items = h.last_model_call().request.items
+    assert items[-2:] == (
+        ContextNote(text=NOTE.format("track_quietly"), call_id=call_id),
+        UserTurn(text="and now?"),
+    )
+
+
+def test_async_progress_and_timeout():
+    h = Harness()
+    h.start()
+    call_id = start_async(h)
+    (progress,) = h.feed(ToolProgress(call_id=call_id, payload={"pct": 50}))
+    assert isinstance(progress, ToolStatus)
+    assert (progress.status, progress.progress) == ("progress", {"pct": 50})
+    assert h.session.next_deadline() == 1060.0
+    h.now = 1060.0
+    failed, created = h.feed(Tick())
+    assert isinstance(failed, ToolStatus)
+    assert failed.status == "failed"
+    assert CancelTool(call_id) in h.other
+    assert isinstance(created, ResponseCreated)
+    note = h.last_model_call().request.items[-1]
+    assert isinstance(note, ContextNote)
+    assert "failed with error" in note.text
+    assert "tool_timeout" in note.text
+
+
+def test_cancel_leaves_a_pending_async_call_running():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="x"))
+    pending, batch = h.model(ModelToolCall(name="track", args={}), lamp_call(), ModelFinish())
+    assert isinstance(pending, ToolStatus)
+    assert isinstance(batch, ToolCalls)
+    sent = h.feed(ResponseCancel())
+    assert [m.call_id for m in sent if isinstance(m, ToolStatus)] == [batch.calls[0].call_id]
+    assert CancelTool(pending.call_id) not in h.other
+    assert h.session.next_deadline() == 1060.0

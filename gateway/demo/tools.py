@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import zlib
 from typing import Annotated
 
 import msgspec
 
-from gateway.tools import tool
+from gateway.tools import Progress, tool
 
-__all__ = ["StockLevel", "StockQuery", "check_stock"]
+__all__ = [
+    "OrderQuery",
+    "OrderStatus",
+    "StockLevel",
+    "StockQuery",
+    "check_order_status",
+    "check_stock",
+]
 
 _CATALOGUE = {
     "headphones": 129.0,
@@ -40,3 +49,32 @@ def check_stock(query: StockQuery) -> StockLevel:
     return StockLevel(
         product=name, in_stock=quantity > 0, quantity=quantity, price=_CATALOGUE.get(name)
     )
+
+
+class OrderQuery(msgspec.Struct, forbid_unknown_fields=True):
+    order_id: Annotated[str, msgspec.Meta(description="The order number, e.g. '1234'.")]
+
+
+class OrderStatus(msgspec.Struct):
+    order_id: str
+    status: str
+    eta: str
+
+
+_STATUSES = (
+    ("in the warehouse", "ships tomorrow"),
+    ("on its way", "arrives in 2 days"),
+    ("out for delivery", "arrives today"),
+)
+
+
+@tool(execution="async")
+async def check_order_status(query: OrderQuery, progress: Progress) -> OrderStatus:
+    """Look up where an order is. Slow: the answer arrives later, while the chat goes on."""
+    # The lookup takes DEMO_ORDER_SECONDS (default 3 s), so the demo shows a pending call.
+    seconds = float(os.environ.get("DEMO_ORDER_SECONDS", "3"))
+    for stage in ("searching the warehouse", "asking the carrier"):
+        progress({"stage": stage})
+        await asyncio.sleep(seconds / 2)
+    status, eta = _STATUSES[zlib.crc32(query.order_id.encode()) % len(_STATUSES)]
+    return OrderStatus(order_id=query.order_id, status=status, eta=eta)

@@ -28,7 +28,15 @@ from gateway.providers.base import (
     ModelToolCall,
     ModelUsage,
 )
-from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
+from gateway.transcript import (
+    CANCELLED,
+    PENDING,
+    AssistantTurn,
+    ContextNote,
+    ToolOutcome,
+    UserTurn,
+    parse_completion_note,
+)
 
 __all__ = ["Scenario", "ScriptedProvider", "load_scenario", "render"]
 
@@ -53,7 +61,11 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ResultRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Answer the step after a call of ``tool`` came back."""
+    """Answer the step after a call of ``tool`` came back (``results``), or the
+    context note of an async call's outcome (``completions``).
+
+    For an async tool, ``results`` see ``{"status": "pending"}``: ``when = "pending"``.
+    """
 
     tool: str
     when: str | None = None
@@ -76,6 +88,7 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fallback: str = "I'm a scripted demo model and have no rule for that."
     rules: list[Rule] = []
     results: list[ResultRule] = []
+    completions: list[ResultRule] = []
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -176,9 +189,8 @@ class ScriptedProvider:
         self._scenario = scenario
         self._pace = scenario.pace if pace is None else pace
         self._rules = [(re.compile(rule.match), rule) for rule in scenario.rules]
-        self._results: dict[str, list[ResultRule]] = {}
-        for result_rule in scenario.results:
-            self._results.setdefault(result_rule.tool, []).append(result_rule)
+        self._results = _by_tool(scenario.results)
+        self._completions = _by_tool(scenario.completions)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Play the answer to the request's last item."""
@@ -200,7 +212,7 @@ class ScriptedProvider:
         self, request: ModelRequest, offered: set[str]
     ) -> tuple[str, list[tuple[str, dict[str, Any]]], str | None, float]:
         items = request.items
-        if items and isinstance(items[-1], ToolOutcome):
+        if items and isinstance(items[-1], ToolOutcome | ContextNote):
             return (*self._answer_results(request), None, self._pace)
         text = next((item.text for item in reversed(items) if isinstance(item, UserTurn)), "")
         for pattern, rule in self._rules:
@@ -218,11 +230,12 @@ class ScriptedProvider:
     def _answer_results(
         self, request: ModelRequest
     ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-        outcomes: list[ToolOutcome] = []
+        """Answer the tool outcomes and context notes at the end of the conversation."""
+        trailing: list[ToolOutcome | ContextNote] = []
         for item in reversed(request.items):
-            if not isinstance(item, ToolOutcome):
+            if not isinstance(item, ToolOutcome | ContextNote):
                 break
-            outcomes.insert(0, item)
+            trailing.insert(0, item)
         args_by_call = {
             call.call_id: call.args
             for item in request.items
@@ -231,30 +244,58 @@ class ScriptedProvider:
         }
         texts: list[str] = []
         calls: list[tuple[str, dict[str, Any]]] = []
-        for outcome in outcomes:
-            context = {
-                "tool": outcome.name,
-                "display": outcome.name.replace("_", " "),
-                "output": outcome.output,
-                "error": outcome.error,
-                "args": args_by_call.get(outcome.call_id, {}),
-            }
-            rules = self._results.get(outcome.name, [])
-            if outcome.error is not None:
-                template = next((r.on_error for r in rules if r.on_error), _DEFAULT_ON_ERROR)
-                texts.append(render(template, context))
-                continue
-            rule = next((r for r in rules if r.applies(context)), None)
-            texts.append(render(rule.say if rule else _DEFAULT_SAY, context))
-            if rule is not None:
-                calls += [(c.tool, _render_args(c.args, context)) for c in rule.calls]
+        settled_here = {i.call_id for i in trailing if isinstance(i, ContextNote)}
+        for item in trailing:
+            if isinstance(item, ToolOutcome) and (
+                item.error == CANCELLED or item.call_id in settled_here
+            ):
+                continue  # nothing to say of a cancelled call, or a pending one now settled
+            if isinstance(item, ToolOutcome):
+                name, output, error = item.name, item.output, item.error
+                args, rules = args_by_call.get(item.call_id, {}), self._results
+            else:
+                parsed = parse_completion_note(item.text)
+                if parsed is None:
+                    continue
+                name, output, error = parsed
+                args, rules = args_by_call.get(item.call_id or "", {}), self._completions
+            text, more = _answer_one(rules.get(name, []), name, output, error, args)
+            texts.append(text)
+            calls += more
         return " ".join(text for text in texts if text), calls
+
+
+def _by_tool(rules: list[ResultRule]) -> dict[str, list[ResultRule]]:
+    grouped: dict[str, list[ResultRule]] = {}
+    for rule in rules:
+        grouped.setdefault(rule.tool, []).append(rule)
+    return grouped
+
+
+def _answer_one(
+    rules: list[ResultRule], name: str, output: Any, error: str | None, args: dict[str, Any]
+) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    context = {
+        "tool": name,
+        "display": name.replace("_", " "),
+        "output": output,
+        "error": error,
+        "args": args,
+        "pending": output == PENDING,
+    }
+    if error is not None:
+        template = next((r.on_error for r in rules if r.on_error), _DEFAULT_ON_ERROR)
+        return render(template, context), []
+    rule = next((r for r in rules if r.applies(context)), None)
+    if rule is None:
+        return render(_DEFAULT_SAY, context), []
+    return render(rule.say, context), [(c.tool, _render_args(c.args, context)) for c in rule.calls]
 
 
 def _count_words(request: ModelRequest) -> int:
     count = len(request.instructions.split())
     for item in request.items:
-        if isinstance(item, UserTurn | AssistantTurn):
+        if isinstance(item, UserTurn | AssistantTurn | ContextNote):
             count += len(item.text.split())
         else:
             count += len(json.dumps(item.output if item.error is None else item.error).split())

@@ -6,7 +6,7 @@ import asyncio
 
 import msgspec
 
-from gateway.tools import tool
+from gateway.tools import Progress, tool
 
 hang_state = {"started": 0, "cancelled": 0}
 
@@ -48,3 +48,69 @@ def explode() -> Sum:
 def wrong_shape() -> Sum:
     """Returns something that is not a Sum."""
     return {"total": "not a number"}  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------- async tools, gated
+# Tests open gates to decide exactly when a tool finishes: no sleeps, no races.
+_gates: dict[str, asyncio.Event] = {}
+
+
+def gate(name: str) -> asyncio.Event:
+    """The event called ``name``; tests call ``reset_gates()`` first (events bind a loop)."""
+    return _gates.setdefault(name, asyncio.Event())
+
+
+def reset_gates() -> None:
+    _gates.clear()
+
+
+class OrderQuery(msgspec.Struct):
+    order_id: str
+    steps: int = 0
+
+
+class OrderStatus(msgspec.Struct):
+    order_id: str
+    status: str
+
+
+async def _lookup(query: OrderQuery, progress: Progress) -> OrderStatus:
+    for step in range(query.steps):
+        progress({"step": step + 1, "of": query.steps})
+    try:
+        await gate(f"order:{query.order_id}").wait()
+    except asyncio.CancelledError:
+        gate(f"cancelled:{query.order_id}").set()
+        raise
+    if query.order_id == "fail":
+        raise LookupError("no such order")
+    return OrderStatus(order_id=query.order_id, status="shipped")
+
+
+@tool(execution="async")
+async def lookup_order(query: OrderQuery, progress: Progress) -> OrderStatus:
+    """Look an order up (async, delivered when idle)."""
+    return await _lookup(query, progress)
+
+
+@tool(execution="async", delivery="interrupt")
+async def lookup_order_now(query: OrderQuery, progress: Progress) -> OrderStatus:
+    """Look an order up (async, interrupts the running response)."""
+    return await _lookup(query, progress)
+
+
+@tool(execution="async", delivery="silent")
+async def lookup_order_quietly(query: OrderQuery, progress: Progress) -> OrderStatus:
+    """Look an order up (async, silent: context only)."""
+    return await _lookup(query, progress)
+
+
+@tool(timeout=30)
+async def block() -> Sum:
+    """A sync tool that runs until the test opens its gate or it is cancelled."""
+    try:
+        await gate("block").wait()
+    except asyncio.CancelledError:
+        gate("block_cancelled").set()
+        raise
+    return Sum(total=1)

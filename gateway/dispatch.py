@@ -1,0 +1,268 @@
+"""Tool calls through their one lifecycle: dispatch, results, progress, expiry.
+
+Part of the pure session core. The Dispatcher turns the model's tool requests
+into ``Call`` records, sends client functions to the client in one batch, asks
+the driver to run server tools, and settles each call exactly once, whoever
+answers and whenever. An async call that settles becomes a ``Completion``, which
+the session delivers to the model as context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gateway.call import Call, CallState, Ledger
+from gateway.event import CancelTool, RunTool, ToolFinished, ToolProgress
+from gateway.outbox import Outbox
+from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolStatus
+from gateway.providers.base import ModelToolCall
+from gateway.tools import ToolRegistry, default_display_name
+from gateway.transcript import PENDING, ToolOutcome, completion_note
+
+__all__ = ["Completion", "Dispatcher"]
+
+_TIMEOUT_ERROR = "tool_timeout: the tool did not finish in time"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """An async call that settled; ``note`` is the context the model gets."""
+
+    call: Call
+    note: str
+
+
+class Dispatcher:
+    """Runs the lifecycle of every tool call of one session."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        tools: ToolRegistry,
+        new_id: Callable[[str], str],
+        client_call_timeout: float,
+        server_tool_timeout: float,
+    ) -> None:
+        self.tools = tools
+        self.ledger = Ledger()
+        self._out = outbox
+        self._new_id = new_id
+        self._client_call_timeout = client_call_timeout
+        self._server_tool_timeout = server_tool_timeout
+
+    # ----------------------------------------------------------------- dispatch
+
+    def start(
+        self, requests: Sequence[ModelToolCall], *, response_id: str, now: float
+    ) -> list[Call]:
+        """Create and start the calls of one model step.
+
+        Client functions go out together in one ``tool.calls``, after the
+        status of any server tool and of any call refused before dispatch.
+        """
+        calls = [self._new_call(request, response_id, now) for request in requests]
+        batch = [client_call for call in calls if (client_call := self._dispatch(call, now))]
+        if batch:
+            self._out.send(ToolCalls(response_id=response_id, calls=batch))
+        return calls
+
+    def _new_call(self, request: ModelToolCall, response_id: str, now: float) -> Call:
+        entry = self.tools.get(request.name)
+        definition = entry.definition if entry else None
+        is_client = definition is not None and definition.kind == "client"
+        default_timeout = self._client_call_timeout if is_client else self._server_tool_timeout
+        timeout = (definition.timeout if definition else None) or default_timeout
+        call = Call(
+            call_id=self._new_id("call"),
+            tool=request.name,
+            display_name=(definition.display_name if definition else "")
+            or default_display_name(request.name),
+            kind="client" if is_client else "server",
+            args=request.args,
+            response_id=response_id,
+            deadline=now + timeout,
+            execution=definition.execution if definition else "sync",
+            delivery=definition.delivery if definition else "when_idle",
+        )
+        self.ledger.add(call)
+        return call
+
+    def _dispatch(self, call: Call, now: float) -> ClientCall | None:
+        entry = self.tools.get(call.tool)
+        if entry is None:
+            self._settle(call, CallState.FAILED, error=f"unknown tool {call.tool!r}")
+            return None
+        problem = entry.input_validator.problem(call.args)
+        if problem:
+            self._settle(call, CallState.FAILED, error=f"invalid arguments: {problem}")
+            return None
+        if call.kind == "client":
+            return ClientCall(
+                call_id=call.call_id,
+                tool=call.tool,
+                display_name=call.display_name,
+                args=call.args,
+                deadline=call.deadline,
+                timeout=round(call.deadline - now, 3),
+            )
+        call.advance(CallState.RUNNING)
+        if call.execution == "async":
+            call.advance(CallState.PENDING)  # the model gets PENDING at once
+        self._out.send(_status(call))
+        self._out.do(
+            RunTool(
+                call_id=call.call_id, tool=call.tool, args=call.args, response_id=call.response_id
+            )
+        )
+        return None
+
+    # ----------------------------------------------------------------- outcomes
+
+    def accept_client_result(self, result: ToolResult, msg_id: str | None) -> None:
+        """Apply one entry of ``tool.results``; bad ones get an ``error``."""
+        call = self.ledger.get(result.call_id)
+        if call is None or call.kind != "client":
+            self._out.error(
+                "unknown_call",
+                "no client-function call with this id in this session",
+                in_reply_to=msg_id,
+                call_id=result.call_id[:128],
+            )
+            return
+        mismatch = _echo_mismatch(result, call)
+        if mismatch:
+            self._out.error("invalid_result", mismatch, in_reply_to=msg_id, call_id=call.call_id)
+            return
+        if call.settled:
+            self._out.send(_status(call, duplicate=True))
+            return
+        has_output = result.output is not msgspec.UNSET
+        if has_output == isinstance(result.error, str):
+            self._out.error(
+                "invalid_result",
+                "a result carries exactly one of 'output' or 'error'",
+                in_reply_to=msg_id,
+                call_id=call.call_id,
+            )
+            return
+        if isinstance(result.error, str):
+            self._settle(call, CallState.FAILED, error=result.error)
+            return
+        problem = self._output_problem(call, result.output)
+        if problem:
+            self._out.error("invalid_result", problem, in_reply_to=msg_id, call_id=call.call_id)
+            self._settle(call, CallState.FAILED, error=problem)
+        else:
+            self._settle(call, CallState.COMPLETED, output=result.output)
+
+    def tool_finished(self, event: ToolFinished) -> Completion | None:
+        """Settle a server tool; an async one becomes a ``Completion``."""
+        call = self.ledger.get(event.call_id)
+        if call is None or call.settled:
+            return None  # finished after a cancel or a timeout: already settled
+        if event.error is not None:
+            self._settle(call, CallState.FAILED, error=event.error)
+        elif problem := self._output_problem(call, event.output):
+            self._settle(call, CallState.FAILED, error=problem)
+        else:
+            self._settle(call, CallState.COMPLETED, output=event.output)
+        return _completion(call)
+
+    def tool_progress(self, event: ToolProgress) -> None:
+        """Forward progress of a running server tool as ``tool.status progress``."""
+        call = self.ledger.get(event.call_id)
+        if call is None or call.settled:
+            return
+        status = _status(call)
+        status.status = "progress"
+        status.progress = event.payload
+        self._out.send(status)
+
+    def expire_due(self, now: float) -> list[Completion]:
+        """Settle every call past its deadline; return the async ones' completions."""
+        completions: list[Completion] = []
+        for call in self.ledger.due(now):
+            if call.kind == "client":
+                self._settle(call, CallState.EXPIRED, error="the client did not answer in time")
+                continue
+            self._out.do(CancelTool(call.call_id))
+            self._settle(call, CallState.FAILED, error=_TIMEOUT_ERROR)
+            if (completion := _completion(call)) is not None:
+                completions.append(completion)
+        return completions
+
+    def cancel(self, call: Call, reason: str) -> None:
+        """Cancel an open call (and the server tool behind it)."""
+        if call.kind == "server":
+            self._out.do(CancelTool(call.call_id))
+        self._settle(call, CallState.CANCELLED, error=reason)
+
+    def drop_all(self) -> None:
+        """The session is over: cancel every open call without telling the client."""
+        for call in self.ledger.open_calls():
+            if call.kind == "server":
+                self._out.do(CancelTool(call.call_id))
+            call.advance(CallState.CANCELLED)
+
+    @staticmethod
+    def outcome(call: Call) -> ToolOutcome:
+        """What the model sees as this call's result in the step that asked for it."""
+        if call.execution == "async" and call.kind == "server":
+            return ToolOutcome(call_id=call.call_id, name=call.tool, output=PENDING)
+        return ToolOutcome(
+            call_id=call.call_id, name=call.tool, output=call.output, error=call.error
+        )
+
+    # ----------------------------------------------------------------- helpers
+
+    def _output_problem(self, call: Call, output: Any) -> str | None:
+        entry = self.tools.get(call.tool)
+        if entry is None or entry.output_validator is None:
+            return None
+        problem = entry.output_validator.problem(output)
+        return f"result does not match the output schema: {problem}" if problem else None
+
+    def _settle(
+        self, call: Call, state: CallState, *, output: Any = None, error: str | None = None
+    ) -> None:
+        call.advance(state)
+        call.output, call.error = output, error
+        self._out.send(_status(call))
+
+
+def _completion(call: Call) -> Completion | None:
+    if call.execution != "async" or call.state is CallState.CANCELLED:
+        return None
+    note = completion_note(call.tool, output=call.output, error=call.error)
+    return Completion(call=call, note=note)
+
+
+def _status(call: Call, *, duplicate: bool = False) -> ToolStatus:
+    status = ToolStatus(
+        call_id=call.call_id,
+        tool=call.tool,
+        status=call.state.value,
+        response_id=call.response_id,
+        error=call.error,
+        duplicate=duplicate,
+    )
+    if call.kind == "server" and call.state is CallState.COMPLETED:
+        status.result = call.output
+    return status
+
+
+def _echo_mismatch(result: ToolResult, call: Call) -> str | None:
+    """Say how a result's echo of ``tool``/``display_name`` differs from its call."""
+    if result.tool != call.tool:
+        return f"result names tool {result.tool[:64]!r} but call {call.call_id} is {call.tool!r}"
+    if result.display_name is not None and result.display_name != call.display_name:
+        return (
+            f"result names display_name {result.display_name[:64]!r} but call {call.call_id}"
+            f" has {call.display_name!r}"
+        )
+    return None

@@ -1,0 +1,123 @@
+"""What flows through the session core: events in, effects out.
+
+Events are everything that can happen to a session besides client messages
+(which are ``gateway.protocol`` types): model output, tool outcomes, time, the
+socket going away. Effects are what the core asks its driver to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.protocol import DecodeFailure, Inbound, ServerMsg
+from gateway.providers.base import ModelEvent, ModelRequest
+
+__all__ = [
+    "CallModel",
+    "CancelModel",
+    "CancelTool",
+    "Disconnected",
+    "Effect",
+    "Event",
+    "ModelFailed",
+    "ModelOutput",
+    "RunTool",
+    "Send",
+    "Tick",
+    "ToolFinished",
+    "ToolProgress",
+]
+
+# --------------------------------------------------------------------- events
+
+
+class Tick(msgspec.Struct, frozen=True):
+    """Time passed; the session expires what is due."""
+
+
+class ModelOutput(msgspec.Struct, frozen=True):
+    """An event of the model stream started by ``CallModel(step_id)``."""
+
+    step_id: str
+    event: ModelEvent
+
+
+class ModelFailed(msgspec.Struct, frozen=True):
+    """The model stream of ``step_id`` broke."""
+
+    step_id: str
+    message: str
+    retryable: bool = True
+
+
+class ToolFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """A server tool returned (``output``) or raised (``error``)."""
+
+    call_id: str
+    output: Any = None
+    error: str | None = None
+
+
+class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """A running server tool reported progress (any JSON value)."""
+
+    call_id: str
+    payload: Any = None
+
+
+class Disconnected(msgspec.Struct, frozen=True):
+    """The client's socket is gone; the session stops all its work."""
+
+
+Event = (
+    Inbound
+    | DecodeFailure
+    | Tick
+    | ModelOutput
+    | ModelFailed
+    | ToolFinished
+    | ToolProgress
+    | Disconnected
+)
+
+# --------------------------------------------------------------------- effects
+
+
+class Send(msgspec.Struct, frozen=True):
+    """Send this event to the client (its ``seq`` is already set)."""
+
+    msg: ServerMsg
+
+
+class CallModel(msgspec.Struct, frozen=True):
+    """Start a model step; its events come back as ``ModelOutput(step_id)``."""
+
+    step_id: str
+    response_id: str
+    request: ModelRequest
+
+
+class CancelModel(msgspec.Struct, frozen=True):
+    """Stop the model step now; its later output is ignored anyway."""
+
+    step_id: str
+
+
+class RunTool(msgspec.Struct, frozen=True, kw_only=True):
+    """Run a server tool; its outcome comes back as ``ToolFinished(call_id)``."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    response_id: str
+
+
+class CancelTool(msgspec.Struct, frozen=True):
+    """Cancel a running server tool; its late outcome is ignored."""
+
+    call_id: str
+
+
+Effect = Send | CallModel | CancelModel | RunTool | CancelTool
