@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import msgspec
 import structlog
 import uvicorn
 
-from gateway.app import create_app
+from gateway.app import Runtime, create_app
 from gateway.config import Config, from_env
 from gateway.errors import ConfigError
 from gateway.logging import configure_logging
 from gateway.protocol import protocol_schema
 
-__all__ = ["build_server", "main"]
+__all__ = ["GatewayServer", "build_server", "main"]
 
 
 def _flag_type(annotation: object) -> typing.Callable[[str], object]:
@@ -72,18 +75,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def build_server(config: Config, app: Callable[..., Awaitable[None]]) -> uvicorn.Server:
-    """The uvicorn server for ``app``; port 0 picks a free port."""
-    return uvicorn.Server(
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server with the gateway's graceful shutdown.
+
+    On the first SIGTERM/SIGINT the gateway refuses new sockets, gives running
+    responses ``shutdown_timeout`` seconds to finish, cuts the rest, closes every
+    socket with 1012 ("service restart") and exits 0. A second signal exits at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime, grace: float) -> None:
+        super().__init__(config)
+        self._runtime = runtime
+        self._grace = grace
+        self._draining: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining is not None:
+            super().handle_exit(sig, frame)  # second signal: stop now
+            return
+        loop = asyncio.get_event_loop()
+        # A signal handler may interrupt the loop anywhere: schedule, do not act here.
+        loop.call_soon_threadsafe(self._start_draining)
+
+    def _start_draining(self) -> None:
+        if self._draining is None:
+            self._draining = asyncio.create_task(self._drain(), name="gateway:drain")
+
+    async def _drain(self) -> None:
+        try:
+            await self._runtime.shutdown(self._grace)
+        finally:
+            self.should_exit = True
+
+
+def build_server(config: Config, app: Any) -> GatewayServer:
+    """The uvicorn server for ``app`` (from ``create_app``); port 0 picks a free port."""
+    return GatewayServer(
         uvicorn.Config(
             app,
             host=config.host,
             port=config.port,
             ws="websockets-sansio",  # enforces ws_max_size with close 1009
             ws_max_size=config.ws_max_size,
+            ws_ping_interval=config.ws_ping_interval,
+            ws_ping_timeout=config.ws_ping_timeout,
             log_config=None,
             lifespan="off",
-        )
+        ),
+        runtime=app.state.runtime,
+        grace=config.shutdown_timeout,
     )
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import secrets
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 
+import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -15,12 +18,17 @@ from starlette.routing import Route, WebSocketRoute
 from gateway import __version__
 from gateway.agent import DEMO_AGENT, Agent, load_agent
 from gateway.config import Config
-from gateway.driver import Driver, SendFn
-from gateway.protocol import PROTOCOL_VERSION, Limits
+from gateway.connection import Connection
+from gateway.driver import Driver
+from gateway.errors import CloseCode
+from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
 from gateway.session import Session, SessionSettings
+from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
 
 __all__ = ["Runtime", "create_app", "new_id"]
+
+log = structlog.get_logger("gateway.app")
 
 
 def new_id(prefix: str) -> str:
@@ -28,30 +36,38 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(16)}"
 
 
-@dataclass(frozen=True)
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 class Runtime:
-    """What every session of this gateway shares: config, agent, the live sessions."""
+    """What every session of this gateway shares: config, agent, store, live sessions."""
 
-    config: Config
-    agent: Agent
-    drivers: set[Driver] = field(default_factory=set)
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set while no session is live (tests wait on it; shutdown will too)."""
-
-    def __post_init__(self) -> None:
+    def __init__(self, config: Config, agent: Agent, store: Store | None = None) -> None:
+        self.config = config
+        self.agent = agent
+        self.store: Store = store or MemoryStore(
+            max_events=config.replay_max_events, max_size=config.replay_max_size
+        )
+        self.drivers: dict[str, Driver] = {}
+        self.idle = asyncio.Event()
+        """Set while no session is live (tests and shutdown wait on it)."""
         self.idle.set()
+        self.closing = False
+        self._runs: dict[str, asyncio.Task[None]] = {}
 
-    def attach(self, driver: Driver) -> None:
-        self.drivers.add(driver)
-        self.idle.clear()
+    def connection(self, socket: object) -> Connection:
+        """Wrap a socket with this gateway's outbound bounds."""
+        return Connection(
+            socket,  # type: ignore[arg-type]  # Starlette's WebSocket fits connection.Socket
+            soft_size=self.config.outbound_soft_size,
+            hard_size=self.config.outbound_hard_size,
+        )
 
-    def detach(self, driver: Driver) -> None:
-        self.drivers.discard(driver)
-        if not self.drivers:
-            self.idle.set()
-
-    def new_session(self) -> Session:
+    async def start_session(self) -> Driver:
+        """A new session, running until it ends (``session_ttl`` after its last socket)."""
         config = self.config
+        token = secrets.token_urlsafe(32)
         settings = SessionSettings(
             agent=self.agent.name,
             instructions=self.agent.instructions,
@@ -66,15 +82,80 @@ class Runtime:
             ),
             server_tool_timeout=config.server_tool_timeout,
         )
-        return Session(settings, session_id=new_id("sess"), new_id=new_id)
-
-    def new_driver(self, session: Session, send: SendFn) -> Driver:
-        return Driver(
+        session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
+        await self.store.create_session(
+            SessionRecord(
+                session_id=session.session_id,
+                token_hash=_token_hash(token),
+                agent=self.agent.name,
+                created_at=time.time(),
+            )
+        )
+        driver = Driver(
             session,
             provider=self.agent.provider,
             server_tools=self.agent.server_tools,
-            send=send,
+            store=self.store,
+            session_ttl=config.session_ttl,
         )
+        self.drivers[driver.session_id] = driver
+        self.idle.clear()
+        self._runs[driver.session_id] = asyncio.create_task(
+            self._run(driver), name=f"gateway:session:{driver.session_id}"
+        )
+        return driver
+
+    async def find_session(self, msg: SessionResume) -> Driver | CloseCode:
+        """The live session a ``session.resume`` names, or the close code refusing it."""
+        driver = self.drivers.get(msg.session_id)
+        record = await self.store.get_session(msg.session_id)
+        if driver is None or record is None:
+            ended = await self.store.ended(msg.session_id)
+            return CloseCode.SESSION_EXPIRED if ended else CloseCode.UNKNOWN_SESSION
+        if not hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token)):
+            return CloseCode.UNAUTHORIZED
+        return driver
+
+    async def _run(self, driver: Driver) -> None:
+        with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
+            try:
+                await driver.run()
+            except Exception:
+                log.exception("session_crashed")
+                if driver.connection is not None:
+                    driver.connection.close(CloseCode.INTERNAL)  # our bug: no reason text
+            else:
+                if driver.connection is not None and not driver.connection.closing:
+                    driver.connection.close(CloseCode.NORMAL, "session ended", flush=True)
+            finally:
+                self.drivers.pop(driver.session_id, None)
+                self._runs.pop(driver.session_id, None)
+                if not self.drivers:
+                    self.idle.set()
+                log.info("session_ended")
+
+    async def shutdown(self, grace: float) -> None:
+        """Graceful stop: refuse new sockets, let running responses finish for up to
+        ``grace`` seconds, then cut them and close every socket with 1012."""
+        self.closing = True
+        drivers = list(self.drivers.values())
+        log.info("shutdown_started", sessions=len(drivers), grace=grace)
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.gather(*(d.quiet.wait() for d in drivers))
+        except TimeoutError:
+            log.warning("shutdown_cutting_responses")
+        for driver in drivers:
+            driver.stop()
+        runs = list(self._runs.values())
+        await asyncio.gather(*runs, return_exceptions=True)
+        closing = [d.connection.done.wait() for d in drivers if d.connection is not None]
+        try:
+            async with asyncio.timeout(5.0):
+                await asyncio.gather(*closing)
+        except TimeoutError:
+            log.warning("shutdown_sockets_not_closed")
+        log.info("shutdown_finished")
 
 
 def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
@@ -86,12 +167,12 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     if agent is None:
         path = Path(config.agent) if config.agent else DEMO_AGENT
         agent = load_agent(path, pace=config.scripted_pace)
-    runtime = Runtime(config=config, agent=agent)
+    runtime = Runtime(config, agent)
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse(
             {
-                "status": "ok",
+                "status": "stopping" if runtime.closing else "ok",
                 "version": __version__,
                 "protocol_version": PROTOCOL_VERSION,
                 "agent": runtime.agent.name,

@@ -56,6 +56,8 @@ class Call(msgspec.Struct, kw_only=True):
     execution: Literal["sync", "async"] = "sync"
     delivery: Literal["when_idle", "interrupt", "silent"] = "when_idle"
     state: CallState = CallState.REQUESTED
+    dispatched: bool = False
+    """It reached whoever runs it (a failed argument check stops it before that)."""
     output: Any = None
     error: str | None = None
 

@@ -36,6 +36,22 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a client has to answer a client-function call that sets no timeout."""
     server_tool_timeout: float = 30.0
     """Seconds a server tool may run when its definition sets no timeout."""
+    session_ttl: float = 120.0
+    """Seconds a session lives on after its socket is gone, waiting for ``session.resume``."""
+    replay_max_events: int = 10_000
+    """Events a session keeps for replay (the oldest go first; ``ack`` frees them sooner)."""
+    replay_max_size: int = 4 * 2**20
+    """Bytes of events a session keeps for replay."""
+    outbound_soft_size: int = 256 * 2**10
+    """Bytes queued for a slow client past which consecutive text deltas are merged."""
+    outbound_hard_size: int = 4 * 2**20
+    """Bytes queued for a slow client past which its socket closes with 1013 (it resumes)."""
+    ws_ping_interval: float | None = 20.0
+    """Seconds between WebSocket pings; ``None`` disables them."""
+    ws_ping_timeout: float | None = 20.0
+    """Seconds to wait for a pong before the peer counts as dead; ``None`` waits forever."""
+    shutdown_timeout: float = 30.0
+    """On SIGTERM, seconds running responses get to finish before they are cut."""
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -16,14 +16,14 @@ from typing import Any
 import msgspec
 
 from gateway.call import Call, CallState, Ledger
-from gateway.event import CancelTool, RunTool, ToolFinished, ToolProgress
+from gateway.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
 from gateway.outbox import Outbox
 from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolStatus
 from gateway.providers.base import ModelToolCall
 from gateway.tools import ToolRegistry, default_display_name
 from gateway.transcript import PENDING, ToolOutcome, completion_note
 
-__all__ = ["Completion", "Dispatcher"]
+__all__ = ["Completion", "Dispatcher", "client_call"]
 
 _TIMEOUT_ERROR = "tool_timeout: the tool did not finish in time"
 
@@ -67,6 +67,9 @@ class Dispatcher:
         """
         calls = [self._new_call(request, response_id, now) for request in requests]
         batch = [client_call for call in calls if (client_call := self._dispatch(call, now))]
+        for call in calls:
+            if not call.settled:  # settled ones were saved when they settled
+                self._out.do(SaveCall(call))
         if batch:
             self._out.send(ToolCalls(response_id=response_id, calls=batch))
         return calls
@@ -101,15 +104,9 @@ class Dispatcher:
         if problem:
             self._settle(call, CallState.FAILED, error=f"invalid arguments: {problem}")
             return None
+        call.dispatched = True
         if call.kind == "client":
-            return ClientCall(
-                call_id=call.call_id,
-                tool=call.tool,
-                display_name=call.display_name,
-                args=call.args,
-                deadline=call.deadline,
-                timeout=round(call.deadline - now, 3),
-            )
+            return client_call(call, now)
         call.advance(CallState.RUNNING)
         if call.execution == "async":
             call.advance(CallState.PENDING)  # the model gets PENDING at once
@@ -202,6 +199,12 @@ class Dispatcher:
             self._out.do(CancelTool(call.call_id))
         self._settle(call, CallState.CANCELLED, error=reason)
 
+    def open_client_calls(self, now: float) -> list[ClientCall]:
+        """Client-function calls still waiting for their result, as sent in ``tool.calls``."""
+        return [
+            client_call(call, now) for call in self.ledger.open_calls() if call.kind == "client"
+        ]
+
     def drop_all(self) -> None:
         """The session is over: cancel every open call without telling the client."""
         for call in self.ledger.open_calls():
@@ -212,7 +215,7 @@ class Dispatcher:
     @staticmethod
     def outcome(call: Call) -> ToolOutcome:
         """What the model sees as this call's result in the step that asked for it."""
-        if call.execution == "async" and call.kind == "server":
+        if call.execution == "async" and call.kind == "server" and call.dispatched:
             return ToolOutcome(call_id=call.call_id, name=call.tool, output=PENDING)
         return ToolOutcome(
             call_id=call.call_id, name=call.tool, output=call.output, error=call.error
@@ -232,7 +235,20 @@ class Dispatcher:
     ) -> None:
         call.advance(state)
         call.output, call.error = output, error
+        self._out.do(SaveCall(call))
         self._out.send(_status(call))
+
+
+def client_call(call: Call, now: float) -> ClientCall:
+    """How a client-function call is offered to the client."""
+    return ClientCall(
+        call_id=call.call_id,
+        tool=call.tool,
+        display_name=call.display_name,
+        args=call.args,
+        deadline=call.deadline,
+        timeout=round(max(0.0, call.deadline - now), 3),
+    )
 
 
 def _completion(call: Call) -> Completion | None:

@@ -1,64 +1,94 @@
 """The asyncio shell around a Session: runs its effects and owns its timers.
 
 Everything that happens to a session (a client frame, a model event, a tool's
-return, a deadline) becomes one event in one queue, applied in order by one
-task, so the session core never sees concurrency.
+return, a deadline, a socket coming or going) becomes one event in one queue,
+applied in order by one task, so the session core never sees concurrency.
+
+A session outlives its sockets: every event it sends is logged in the store
+first, then queued on the attached connection, if any. A resume attaches a new
+connection and replays the log from the client's ``last_seq``; a session with
+no connection for ``session_ttl`` ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 import msgspec
 import structlog
 
-from gateway.errors import ProviderError
+from gateway.connection import Connection
+from gateway.errors import CloseCode, ProviderError
 from gateway.event import (
     CallModel,
     CancelModel,
     CancelTool,
+    Disconnected,
     Effect,
     Event,
     ModelFailed,
     ModelOutput,
     RunTool,
+    SaveCall,
     Send,
+    ShuttingDown,
     Tick,
     ToolFinished,
     ToolProgress,
 )
 from gateway.protocol import (
+    Ack,
     Error,
     ResponseCreated,
     ResponseDone,
     ServerMsg,
     SessionCreated,
+    SessionResumed,
     ToolCalls,
     ToolStatus,
     encode,
 )
 from gateway.providers.base import ModelFinish, Provider
 from gateway.session import Session
+from gateway.store import Store
 from gateway.tools import Progress, ServerTool
 
 __all__ = ["Driver"]
 
 log = structlog.get_logger("gateway.driver")
 
-SendFn = Callable[[bytes], Awaitable[None]]
+
+class _Attach(msgspec.Struct, frozen=True):
+    conn: Connection
+    last_seq: int | None
+    """``None`` for a new session; the client's cursor for a resume."""
+
+
+class _Detach(msgspec.Struct, frozen=True):
+    conn: Connection
+    end: bool = False
+    """The client closed normally (1000): it is done, the session ends now."""
+
+
+class _Stop(msgspec.Struct, frozen=True):
+    """The gateway is stopping: cut the response, close the socket with 1012, end."""
+
+
+_DriverEvent = _Attach | _Detach | _Stop
 
 
 class Driver:
-    """Runs one Session.
+    """Runs one Session for its whole life, across sockets.
 
     Args:
         session: the pure core to drive.
         provider: the model.
         server_tools: the Python functions behind the session's server tools.
-        send: writes one encoded event to the client; must not raise when the
-            client is gone (the transport notices that on its own).
+        store: the event log and call ledger.
+        session_ttl: seconds the session waits for a resume once detached.
         clock: wall-clock seconds; deadlines on the wire are Unix times.
     """
 
@@ -68,54 +98,170 @@ class Driver:
         *,
         provider: Provider,
         server_tools: Mapping[str, ServerTool],
-        send: SendFn,
+        store: Store,
+        session_ttl: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._session = session
+        self.session = session
         self._provider = provider
         self._server_tools = server_tools
-        self._send = send
+        self._store = store
+        self._ttl = session_ttl
         self._clock = clock
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
         self._response_started: dict[str, float] = {}
+        self._conn: Connection | None = None
+        self._detached_at: float | None = clock()
+        self.quiet = asyncio.Event()
+        """Set while no response runs (graceful shutdown waits for it)."""
+        self.quiet.set()
 
-    def feed(self, event: Event) -> None:
-        """Queue an event for the session (from any task of this loop)."""
-        self._events.put_nowait(event)
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    @property
+    def connection(self) -> Connection | None:
+        return self._conn
 
     @property
     def task_count(self) -> int:
         """Model streams and tools still running (0 once ``run`` has returned)."""
         return len(self._tasks)
 
+    def feed(self, event: Event) -> None:
+        """Queue an event for the session (from any task of this loop)."""
+        self._events.put_nowait(event)
+
+    def attach(self, conn: Connection, last_seq: int | None = None) -> None:
+        """Make ``conn`` the session's socket; with ``last_seq``, replay what it missed."""
+        self._events.put_nowait(_Attach(conn, last_seq))
+
+    def detach(self, conn: Connection, *, end: bool = False) -> None:
+        """``conn`` is gone; the session waits ``session_ttl`` for a resume, or with
+        ``end`` (the client closed with 1000) ends now."""
+        self._events.put_nowait(_Detach(conn, end))
+
+    def stop(self) -> None:
+        """Cut the running response, close the socket with 1012 and end the session."""
+        self._events.put_nowait(_Stop())
+
     async def run(self) -> None:
-        """Apply events until the session closes; then cancel and await all work."""
+        """Apply events until the session ends; then cancel and await all its work."""
         try:
-            while not self._session.closed:
+            while not self.session.closed:
                 event = await self._next_event()
-                self._session.receive(event, now=self._clock())
-                for effect in self._session.effects():
+                if isinstance(event, _Attach | _Detach | _Stop):
+                    await self._handle(event)
+                    continue
+                if isinstance(event, Ack):
+                    await self._store.trim_events(self.session_id, event.seq)
+                self.session.receive(event, now=self._clock())
+                for effect in self.session.effects():
                     await self._execute(effect)
+                if self.session.responding:
+                    self.quiet.clear()
+                else:
+                    self.quiet.set()
         finally:
             await self._cancel_all()
+            await self._store.end_session(self.session_id)
+            self.quiet.set()
 
-    async def _next_event(self) -> Event:
-        deadline = self._session.next_deadline()
+    # ----------------------------------------------------------------- events
+
+    async def _next_event(self) -> Event | _DriverEvent:
+        expiry = self._expiry()
+        deadline = min(
+            (d for d in (self.session.next_deadline(), expiry) if d is not None), default=None
+        )
         if deadline is None or not self._events.empty():
             return await self._events.get()
         try:
             async with asyncio.timeout(max(0.0, deadline - self._clock())):
                 return await self._events.get()
         except TimeoutError:
+            if expiry is not None and self._clock() >= expiry:
+                log.info("session_expired", session_ttl=self._ttl)
+                return Disconnected()
             return Tick()
+
+    def _expiry(self) -> float | None:
+        """When a detached session ends; one never started ends with its socket."""
+        if self._detached_at is None:
+            return None
+        return self._detached_at + (self._ttl if self.session.started else 0.0)
+
+    async def _handle(self, event: _DriverEvent) -> None:
+        match event:
+            case _Attach(conn=conn, last_seq=last_seq):
+                if self._conn is not None and self._conn is not conn:
+                    log.info("session_taken_over")
+                    self._conn.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
+                self._conn, self._detached_at = conn, None
+                if last_seq is not None:
+                    await self._replay(conn, last_seq)
+            case _Detach(conn=conn, end=end) if conn is self._conn:
+                self._conn, self._detached_at = None, self._clock()
+                log.info("session_detached", last_seq=self.session.last_seq, ended=end)
+                if end:
+                    self.session.receive(Disconnected(), now=self._clock())
+                    for effect in self.session.effects():
+                        await self._execute(effect)
+            case _Stop():
+                self.session.receive(ShuttingDown(), now=self._clock())
+                for effect in self.session.effects():
+                    await self._execute(effect)
+                if self._conn is not None:
+                    self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
+                self.session.receive(Disconnected(), now=self._clock())
+                for effect in self.session.effects():
+                    await self._execute(effect)
+            case _:
+                pass
+
+    async def _replay(self, conn: Connection, last_seq: int) -> None:
+        """Send a resuming client what it missed, before any live event."""
+        now = self._clock()
+        head = self.session.last_seq
+        events = (
+            await self._store.events_after(self.session_id, last_seq) if last_seq <= head else None
+        )
+        if events is None:
+            log.info("resume_gap", last_seq=last_seq, head=head)
+            error = Error(
+                code="resume_gap",
+                message=f"events after seq {last_seq} are gone; rebuild from the snapshot",
+            )
+            conn.send(error, encode(error))
+            snapshot = self.session.snapshot(now)
+            conn.send(snapshot, encode(snapshot))
+            return
+        resumed = SessionResumed(
+            session_id=self.session_id,
+            replayed_from=last_seq + 1,
+            last_seq=head,
+            open_calls=self.session.open_client_calls(now),
+        )
+        conn.send(resumed, encode(resumed))
+        for data in events:
+            conn.send(None, data)
+        log.info("session_resumed", last_seq=last_seq, replayed=len(events))
+
+    # ----------------------------------------------------------------- effects
 
     async def _execute(self, effect: Effect) -> None:
         match effect:
             case Send(msg=msg):
                 self._log_sent(msg)
-                await self._send(encode(msg))
+                data = encode(msg)
+                await self._store.append_event(self.session_id, msg.seq, data)
+                if self._conn is not None:
+                    self._conn.send(msg, data)
+            case SaveCall(call=call):
+                await self._store.save_call(self.session_id, call)
             case CallModel(step_id=step_id):
                 self._start(step_id, self._stream_model(effect))
             case RunTool(call_id=call_id):
@@ -131,7 +277,7 @@ class Driver:
                 if task is not None:
                     task.cancel()
 
-    def _start(self, key: str, work: Awaitable[None]) -> None:
+    def _start(self, key: str, work: Coroutine[Any, Any, None]) -> None:
         async def tracked() -> None:
             try:
                 await work
@@ -200,11 +346,11 @@ class Driver:
                     "session_started",
                     agent=agent,
                     tools=len(tools),
-                    metadata_size=len(msgspec.json.encode(self._session.metadata)),
+                    metadata_size=len(msgspec.json.encode(self.session.metadata)),
                 )
             case ResponseCreated(response_id=response_id):
                 self._response_started[response_id] = self._clock()
-                log.info("response_started", response_id=response_id)
+                log.info("response_started", response_id=response_id, call_id=msg.call_id)
             case ResponseDone(response_id=response_id, usage=usage):
                 started = self._response_started.pop(response_id, self._clock())
                 log.info(

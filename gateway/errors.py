@@ -49,9 +49,10 @@ class CloseCode(enum.IntEnum):
     INTERNAL = 1011  # our bug; never carries a reason
     SERVICE_RESTART = 1012
     TRY_AGAIN = 1013
-    UNAUTHORIZED = 4001
+    UNAUTHORIZED = 4001  # wrong resume token
     UNKNOWN_SESSION = 4004
     SESSION_EXPIRED = 4008
+    TAKEN_OVER = 4009  # a session.resume on another socket took the session over
 
 
 class GatewayError(Exception):

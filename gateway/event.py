@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.call import Call
 from gateway.protocol import DecodeFailure, Inbound, ServerMsg
 from gateway.providers.base import ModelEvent, ModelRequest
 
@@ -24,7 +25,9 @@ __all__ = [
     "ModelFailed",
     "ModelOutput",
     "RunTool",
+    "SaveCall",
     "Send",
+    "ShuttingDown",
     "Tick",
     "ToolFinished",
     "ToolProgress",
@@ -68,7 +71,11 @@ class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Disconnected(msgspec.Struct, frozen=True):
-    """The client's socket is gone; the session stops all its work."""
+    """The session is over (its socket is gone for good): stop all its work."""
+
+
+class ShuttingDown(msgspec.Struct, frozen=True):
+    """The gateway is stopping: cut the running response (``incomplete``)."""
 
 
 Event = (
@@ -80,6 +87,7 @@ Event = (
     | ToolFinished
     | ToolProgress
     | Disconnected
+    | ShuttingDown
 )
 
 # --------------------------------------------------------------------- effects
@@ -120,4 +128,10 @@ class CancelTool(msgspec.Struct, frozen=True):
     call_id: str
 
 
-Effect = Send | CallModel | CancelModel | RunTool | CancelTool
+class SaveCall(msgspec.Struct, frozen=True):
+    """A call's record changed: keep it in the store's ledger."""
+
+    call: Call
+
+
+Effect = Send | CallModel | CancelModel | RunTool | CancelTool | SaveCall

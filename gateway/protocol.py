@@ -15,6 +15,7 @@ __all__ = [
     "CLIENT_MESSAGE_TYPES",
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
+    "Ack",
     "CallStatus",
     "ClientCall",
     "ClientMsg",
@@ -31,6 +32,9 @@ __all__ = [
     "ResponseStatus",
     "ServerMsg",
     "SessionCreated",
+    "SessionResume",
+    "SessionResumed",
+    "SessionSnapshot",
     "SessionStart",
     "TextDelta",
     "TextDone",
@@ -40,6 +44,7 @@ __all__ = [
     "ToolResults",
     "ToolSpec",
     "ToolStatus",
+    "TranscriptEntry",
     "Usage",
     "UserMessage",
     "decode_client",
@@ -95,6 +100,21 @@ class SessionStart(ClientMsg, tag="session.start"):
     metadata: dict[str, Any] = {}
 
 
+class SessionResume(ClientMsg, tag="session.resume"):
+    """Reattach to a live session after a disconnect; the first message on the new socket."""
+
+    session_id: Annotated[str, msgspec.Meta(max_length=128)]
+    resume_token: Annotated[str, msgspec.Meta(max_length=256)]
+    last_seq: Annotated[int, msgspec.Meta(ge=0)]
+    """The highest ``seq`` the client has; every later event is replayed."""
+
+
+class Ack(ClientMsg, tag="ack"):
+    """The client has every event up to ``seq``; the server may forget them."""
+
+    seq: Annotated[int, msgspec.Meta(ge=0)]
+
+
 class UserMessage(ClientMsg, tag="user.message"):
     """A user turn. Queued when a response is already running."""
 
@@ -129,10 +149,10 @@ class Ping(ClientMsg, tag="ping"):
     ts: float | None = None
 
 
-Inbound = SessionStart | UserMessage | ToolResults | ResponseCancel | Ping
+Inbound = SessionStart | SessionResume | Ack | UserMessage | ToolResults | ResponseCancel | Ping
 CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag)
-    for cls in (SessionStart, UserMessage, ToolResults, ResponseCancel, Ping)
+    for cls in (SessionStart, SessionResume, Ack, UserMessage, ToolResults, ResponseCancel, Ping)
 )
 
 
@@ -178,10 +198,44 @@ class Limits(msgspec.Struct, kw_only=True):
 
 class SessionCreated(ServerMsg, tag="session.created"):
     session_id: str
+    resume_token: str
+    """Secret for ``session.resume``; keep it like a password, for this session only."""
     agent: str
     protocol_version: int
     tools: list[ToolInfo] = []
     limits: Limits | None = None
+
+
+class SessionResumed(ServerMsg, tag="session.resumed"):
+    """The socket is attached again; the replayed events follow, then live ones.
+
+    Connection-level: it has no ``seq`` (0, omitted) and is never replayed itself.
+    """
+
+    session_id: str
+    replayed_from: int
+    """The first ``seq`` replayed (``last_seq`` + 1)."""
+    last_seq: int
+    """The session's newest ``seq``; the replay ends with it."""
+    open_calls: list[ClientCall] = []
+    """Client-function calls still waiting for a result; answer them (once) if not done."""
+
+
+class TranscriptEntry(msgspec.Struct, kw_only=True):
+    role: Literal["user", "assistant"]
+    text: str
+
+
+class SessionSnapshot(ServerMsg, tag="session.snapshot"):
+    """After ``error resume_gap``: the state to rebuild from; live events follow.
+
+    Connection-level: no ``seq`` of its own.
+    """
+
+    session_id: str
+    last_seq: int
+    transcript: list[TranscriptEntry] = []
+    open_calls: list[ClientCall] = []
 
 
 class ResponseCreated(ServerMsg, tag="response.created"):
@@ -263,6 +317,8 @@ class Pong(ServerMsg, tag="pong"):
 
 Outbound = (
     SessionCreated
+    | SessionResumed
+    | SessionSnapshot
     | ResponseCreated
     | TextDelta
     | TextDone

@@ -28,6 +28,7 @@ from gateway.event import (
     Event,
     ModelFailed,
     ModelOutput,
+    ShuttingDown,
     Tick,
     ToolFinished,
     ToolProgress,
@@ -35,6 +36,8 @@ from gateway.event import (
 from gateway.outbox import Outbox
 from gateway.protocol import (
     PROTOCOL_VERSION,
+    Ack,
+    ClientCall,
     DecodeFailure,
     Limits,
     Ping,
@@ -44,11 +47,14 @@ from gateway.protocol import (
     ResponseDone,
     ResponseStatus,
     SessionCreated,
+    SessionResume,
+    SessionSnapshot,
     SessionStart,
     TextDelta,
     TextDone,
     ToolInfo,
     ToolResults,
+    TranscriptEntry,
     Usage,
     UserMessage,
 )
@@ -116,9 +122,15 @@ class Session:
     """One conversation's protocol state. See the module docstring."""
 
     def __init__(
-        self, settings: SessionSettings, *, session_id: str, new_id: Callable[[str], str]
+        self,
+        settings: SessionSettings,
+        *,
+        session_id: str,
+        resume_token: str,
+        new_id: Callable[[str], str],
     ) -> None:
         self.session_id = session_id
+        self._resume_token = resume_token
         self.metadata: dict[str, Any] = {}
         """What the client sent in ``session.start``; kept for the application."""
         self._settings = settings
@@ -157,12 +169,24 @@ class Session:
                 self._out.send(Pong(ts=ts))
             case SessionStart():
                 self._start_session(event)
+            case SessionResume():
+                self._out.error(
+                    "invalid_message",
+                    "session.resume must be the first message on a new socket",
+                    in_reply_to=event.id,
+                )
             case Disconnected():
                 self._shut_down()
+            case ShuttingDown():
+                if self._response is not None:
+                    self._cancel_response(None, status="incomplete", start_next=False)
+                self._queue.clear()
             case _ if self._phase is Phase.NEW and not isinstance(event, Tick):
                 self._out.error(
                     "invalid_message", "send session.start first", in_reply_to=_id_of(event)
                 )
+            case Ack():
+                pass  # the driver trims the event log; nothing changes in the session
             case UserMessage():
                 self._accept_user_message(event)
             case ToolResults():
@@ -194,6 +218,39 @@ class Session:
     def next_deadline(self) -> float | None:
         """When the session next needs a ``Tick``, or ``None``."""
         return self._calls.ledger.next_deadline()
+
+    @property
+    def started(self) -> bool:
+        return self._phase is not Phase.NEW
+
+    @property
+    def responding(self) -> bool:
+        """True while a response runs (or user messages wait for one)."""
+        return self._response is not None or bool(self._queue)
+
+    @property
+    def last_seq(self) -> int:
+        return self._out.seq
+
+    def open_client_calls(self, now: float) -> list[ClientCall]:
+        """Client-function calls waiting for a result (offered again on resume)."""
+        return self._calls.open_client_calls(now)
+
+    def snapshot(self, now: float) -> SessionSnapshot:
+        """What a client that lost events rebuilds from: the transcript and open calls."""
+        transcript = [
+            TranscriptEntry(
+                role="user" if isinstance(item, UserTurn) else "assistant", text=item.text
+            )
+            for item in self._items
+            if isinstance(item, UserTurn) or (isinstance(item, AssistantTurn) and item.text)
+        ]
+        return SessionSnapshot(
+            session_id=self.session_id,
+            last_seq=self._out.seq,
+            transcript=transcript,
+            open_calls=self.open_client_calls(now),
+        )
 
     # ----------------------------------------------------------------- session
 
@@ -249,6 +306,7 @@ class Session:
         self._out.send(
             SessionCreated(
                 session_id=self.session_id,
+                resume_token=self._resume_token,
                 protocol_version=PROTOCOL_VERSION,
                 agent=self._settings.agent,
                 tools=infos,
@@ -341,7 +399,13 @@ class Session:
         if start_next:
             self._start_next()
 
-    def _cancel_response(self, response_id: str | None, *, start_next: bool = True) -> None:
+    def _cancel_response(
+        self,
+        response_id: str | None,
+        *,
+        status: ResponseStatus = "cancelled",
+        start_next: bool = True,
+    ) -> None:
         response = self._response
         # A cancel racing the end of its response is not an error: nothing to stop.
         if response is None or response_id not in (None, response.response_id):
@@ -356,7 +420,7 @@ class Session:
             if call.blocking:
                 self._calls.cancel(call, CANCELLED)
         self._record_outcomes(response)
-        self._end_response("cancelled", start_next=start_next)
+        self._end_response(status, start_next=start_next)
 
     def _deliver(self, completion: Completion) -> None:
         """Give an async call's outcome to the model, as its ``delivery`` says."""

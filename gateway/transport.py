@@ -1,30 +1,39 @@
-"""The WebSocket endpoint: frames in and out of a Driver.
+"""The WebSocket endpoint: frames in and out of a session's Driver.
 
-The transport decodes client frames (validation happens here, at the edge),
-feeds them to the driver, and writes the driver's events to the socket.
+The transport decodes client frames (validation happens here, at the edge) and
+feeds them to the driver. The first frame decides which session the socket
+belongs to: ``session.resume`` reattaches a live one, anything else starts a
+new one. When the socket goes, the session stays (for ``session_ttl``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from typing import TYPE_CHECKING
 
 import structlog
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from gateway.driver import Driver
+from gateway.connection import Connection
 from gateway.errors import CloseCode
-from gateway.event import Disconnected
-from gateway.protocol import SUBPROTOCOL, DecodeFailure, decode_client
+from gateway.protocol import SUBPROTOCOL, DecodeFailure, Inbound, SessionResume, decode_client
+
+if TYPE_CHECKING:
+    from gateway.app import Runtime
+    from gateway.driver import Driver
 
 __all__ = ["realtime_endpoint"]
 
 log = structlog.get_logger("gateway.transport")
 
+_BINARY = DecodeFailure(
+    code="invalid_message", message="binary frames are not supported; send JSON text frames"
+)
+
 
 async def realtime_endpoint(websocket: WebSocket) -> None:
-    """``GET /v1/realtime``: one conversation per socket."""
-    runtime = websocket.app.state.runtime
+    """``GET /v1/realtime``: one session per socket at a time."""
+    runtime: Runtime = websocket.app.state.runtime
     offered = websocket.scope.get("subprotocols") or []
     if offered and SUBPROTOCOL not in offered:
         # A client asking only for other protocols (say a future gateway.v2) must not be
@@ -32,70 +41,105 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         log.info("subprotocol_refused", offered=offered[:4])
         await websocket.close(code=CloseCode.POLICY)
         return
+    if runtime.closing:
+        await websocket.close(code=CloseCode.SERVICE_RESTART)
+        return
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
-    session = runtime.new_session()
-
-    async def send(data: bytes) -> None:
-        # A vanished client is noticed by the receive loop; here it only stops sends.
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await websocket.send_text(data.decode())
-
-    with structlog.contextvars.bound_contextvars(session_id=session.session_id):
-        driver = runtime.new_driver(session, send)
-        log.info("session_connected", client=str(websocket.client))
-        runtime.attach(driver)
-        try:
-            close_code = await _serve(websocket, driver)
-        finally:
-            runtime.detach(driver)
-        log.info("session_closed", close_code=close_code)
-
-
-async def _serve(websocket: WebSocket, driver: Driver) -> int:
-    """Run the driver and the receive loop until one ends; return the close code."""
-    runner = asyncio.create_task(driver.run(), name="gateway:driver")
-    receiver = asyncio.create_task(_receive(websocket, driver), name="gateway:receive")
+    conn = runtime.connection(websocket)
+    reader = _Reader(websocket)
     try:
-        done, _ = await asyncio.wait({runner, receiver}, return_when=asyncio.FIRST_COMPLETED)
-        if receiver in done:
-            if receiver.exception() is not None:
-                log.error("receive_failed", error=repr(receiver.exception()))
-            driver.feed(Disconnected())
-            return await _finish(runner)
-        receiver.cancel()
-        close_code = await _finish(runner)
-        with contextlib.suppress(RuntimeError, OSError):
-            await websocket.close(code=close_code)
-        return close_code
-    finally:
-        # Also on cancellation (server shutdown): nothing of the session outlives it.
-        for task in (runner, receiver):
-            task.cancel()
-        await asyncio.gather(runner, receiver, return_exceptions=True)
-
-
-async def _receive(websocket: WebSocket, driver: Driver) -> None:
-    while True:
-        message = await websocket.receive()
-        if message["type"] == "websocket.disconnect":
-            return
-        text = message.get("text")
-        if text is None:
-            driver.feed(
-                DecodeFailure(
-                    code="invalid_message",
-                    message="binary frames are not supported; send JSON text frames",
+        driver = await _open(runtime, conn, reader)
+        if driver is not None:
+            with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
+                log.info("socket_attached", client=str(websocket.client))
+                await _pump(reader, driver, conn)
+                # A client that closes with 1000 is done; any other end may be resumed.
+                done = reader.close_code == CloseCode.NORMAL and not conn.closing
+                driver.detach(conn, end=done)
+                log.info(
+                    "socket_closed", client_code=reader.close_code, server_code=conn.close_code
                 )
-            )
-        else:
-            driver.feed(decode_client(text))
+    finally:
+        await reader.aclose()
+        if not conn.closing:
+            conn.close(CloseCode.NORMAL)
+        await conn.done.wait()
+        await conn.aclose()
 
 
-async def _finish(runner: asyncio.Task[None]) -> int:
-    """Wait for the driver; a crash in it is our bug: log it, close 1011."""
+async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver | None:
+    """Read the first frame and attach the socket to its session."""
+    first = await reader.next()
+    if first is None:
+        return None
+    if isinstance(first, SessionResume):
+        found = await runtime.find_session(first)
+        if isinstance(found, CloseCode):
+            log.info("resume_refused", close_code=int(found))
+            conn.close(found, _REFUSALS[found])
+            return None
+        found.attach(conn, first.last_seq)
+        return found
+    driver = await runtime.start_session()
+    driver.attach(conn)
+    driver.feed(first)
+    return driver
+
+
+_REFUSALS = {
+    CloseCode.UNAUTHORIZED: "wrong resume token",
+    CloseCode.UNKNOWN_SESSION: "unknown session",
+    CloseCode.SESSION_EXPIRED: "session expired",
+}
+
+
+async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
+    """Feed frames to the driver until the socket or the connection ends."""
+    closed = asyncio.create_task(conn.done.wait())
     try:
-        await runner
-    except Exception:
-        log.exception("session_crashed")
-        return CloseCode.INTERNAL
-    return CloseCode.NORMAL
+        while True:
+            frame = asyncio.create_task(reader.next())
+            done, _ = await asyncio.wait({frame, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if frame not in done:
+                frame.cancel()
+                return
+            message = frame.result()
+            if message is None:
+                return
+            driver.feed(message)
+    finally:
+        closed.cancel()
+
+
+class _Reader:
+    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._websocket = websocket
+        self._queue: asyncio.Queue[Inbound | DecodeFailure | None] = asyncio.Queue()
+        self._task = asyncio.create_task(self._read(), name="gateway:receive")
+        self.close_code: int | None = None
+        """The close code the client sent, once it is gone."""
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self._websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    self.close_code = message.get("code")
+                    return
+                text = message.get("text")
+                self._queue.put_nowait(_BINARY if text is None else decode_client(text))
+        finally:
+            self._queue.put_nowait(None)
+
+    async def next(self) -> Inbound | DecodeFailure | None:
+        """The next frame, or ``None`` once the socket is gone (for good)."""
+        message = await self._queue.get()
+        if message is None:
+            self._queue.put_nowait(None)
+        return message
+
+    async def aclose(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgspec
 import pytest
 
 from gateway.call import Call, CallState, IllegalTransition
@@ -18,6 +19,7 @@ from gateway.event import (
     ModelFailed,
     ModelOutput,
     RunTool,
+    SaveCall,
     Send,
     Tick,
     ToolFinished,
@@ -112,11 +114,13 @@ class Harness:
                 server_tool_timeout=5.0,
             ),
             session_id="sess_1",
+            resume_token="token",
             new_id=lambda prefix: f"{prefix}_{next(counter)}",
         )
         self.now = 1000.0
         self.sent: list[ServerMsg] = []
         self.other: list[Effect] = []
+        self.saved: list[Call] = []
 
     def feed(self, event: Event) -> list[ServerMsg]:
         self.session.receive(event, now=self.now)
@@ -124,6 +128,8 @@ class Harness:
         for effect in self.session.effects():
             if isinstance(effect, Send):
                 sent.append(effect.msg)
+            elif isinstance(effect, SaveCall):
+                self.saved.append(msgspec.structs.replace(effect.call))
             else:
                 self.other.append(effect)
         self.sent += sent
