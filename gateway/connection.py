@@ -9,6 +9,7 @@ flushing what is queued or at once.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Protocol
 
 import structlog
@@ -38,10 +39,13 @@ class Connection:
     def __init__(self, socket: Socket, *, soft_size: int, hard_size: int) -> None:
         self._socket = socket
         self._queue = OutboundQueue(soft_size=soft_size, hard_size=hard_size)
+        self._replay: deque[bytes] = deque()
         self._ready = asyncio.Event()
         self._closing: tuple[int, str] | None = None
         self.done = asyncio.Event()
         """Set once the socket is closed (or given up on)."""
+        self.close_requested = asyncio.Event()
+        """Set as soon as ``close`` is called."""
         self.close_code: int | None = None
         self._writer = asyncio.create_task(self._write_loop(), name="gateway:writer")
         self._closer: asyncio.Task[None] | None = None
@@ -68,16 +72,28 @@ class Connection:
             return
         self._ready.set()
 
+    def replay(self, data: bytes) -> None:
+        """Queue a replayed (or connection-level) event ahead of live ones.
+
+        Replayed events are the log's own bytes, already bounded by the log, so they
+        do not count against the outbound bounds: a long replay cannot overflow.
+        """
+        if self._closing is None:
+            self._replay.append(data)
+            self._ready.set()
+
     def close(self, code: int, reason: str = "", *, flush: bool = False) -> None:
         """Close the socket: after what is queued (``flush``) or at once."""
         if self._closing is not None:
             return
         self._closing = (code, reason)
         self.close_code = code
+        self.close_requested.set()
         if flush:
             self._ready.set()  # the writer drains the queue, then closes
             return
         self._queue.clear()
+        self._replay.clear()
         self._writer.cancel()
         self._closer = asyncio.create_task(self._close_socket(), name="gateway:closer")
 
@@ -96,7 +112,7 @@ class Connection:
             while True:
                 await self._ready.wait()
                 self._ready.clear()
-                while (data := self._queue.pop()) is not None:
+                while (data := self._next()) is not None:
                     await self._socket.send_text(data.decode())
                 if self._closing is not None:
                     break
@@ -105,6 +121,9 @@ class Connection:
             self.done.set()  # the receive loop notices the disconnect too
             return
         await self._close_socket()
+
+    def _next(self) -> bytes | None:
+        return self._replay.popleft() if self._replay else self._queue.pop()
 
     async def _close_socket(self) -> None:
         assert self._closing is not None

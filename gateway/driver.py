@@ -235,9 +235,8 @@ class Driver:
                 code="resume_gap",
                 message=f"events after seq {last_seq} are gone; rebuild from the snapshot",
             )
-            conn.send(error, encode(error))
-            snapshot = self.session.snapshot(now)
-            conn.send(snapshot, encode(snapshot))
+            conn.replay(encode(error))
+            conn.replay(encode(self.session.snapshot(now)))
             return
         resumed = SessionResumed(
             session_id=self.session_id,
@@ -245,9 +244,9 @@ class Driver:
             last_seq=head,
             open_calls=self.session.open_client_calls(now),
         )
-        conn.send(resumed, encode(resumed))
+        conn.replay(encode(resumed))
         for data in events:
-            conn.send(None, data)
+            conn.replay(data)
         log.info("session_resumed", last_seq=last_seq, replayed=len(events))
 
     # ----------------------------------------------------------------- effects

@@ -44,8 +44,8 @@ class OutboundQueue:
                 self.size += len(merged_data) - len(last_data)
                 self.merged += 1
                 return self.size <= self._hard_size
-        if self.size + len(data) > self._hard_size:
-            return False
+        if self._items and self.size + len(data) > self._hard_size:
+            return False  # an event alone may exceed the bound: it must get through somehow
         self._items.append((msg if isinstance(msg, TextDelta) else None, data))
         self.size += len(data)
         return True
