@@ -15,6 +15,10 @@ MODULES = sorted([*ROOT.glob("gateway/**/*.py"), *ROOT.glob("client_sdk/**/*.py"
 PURE = {
     "gateway/protocol.py",
     "gateway/session.py",
+    "gateway/dispatch.py",
+    "gateway/event.py",
+    "gateway/outbox.py",
+    "gateway/outqueue.py",
     "gateway/call.py",
     "gateway/transcript.py",
     "gateway/errors.py",
@@ -27,6 +31,10 @@ PURE_THIRD_PARTY = {"msgspec", "jsonschema"}
 NO_IO = {
     "gateway/protocol.py",
     "gateway/session.py",
+    "gateway/dispatch.py",
+    "gateway/event.py",
+    "gateway/outbox.py",
+    "gateway/outqueue.py",
     "gateway/call.py",
     "gateway/transcript.py",
     "gateway/errors.py",

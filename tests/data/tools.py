@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import msgspec
 
 from gateway.tools import Progress, tool
 
 hang_state = {"started": 0, "cancelled": 0}
+runs: Counter[str] = Counter()
+"""How often each tool really ran (the torture test checks: once per call)."""
 
 
 class Pair(msgspec.Struct):
@@ -23,6 +26,7 @@ class Sum(msgspec.Struct):
 @tool()
 def add(pair: Pair) -> Sum:
     """Add two integers."""
+    runs["add"] += 1
     return Sum(total=pair.a + pair.b)
 
 
@@ -75,6 +79,7 @@ class OrderStatus(msgspec.Struct):
 
 
 async def _lookup(query: OrderQuery, progress: Progress) -> OrderStatus:
+    runs[f"lookup:{query.order_id}"] += 1
     for step in range(query.steps):
         progress({"step": step + 1, "of": query.steps})
     try:
