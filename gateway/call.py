@@ -87,16 +87,26 @@ class Call(msgspec.Struct, kw_only=True):
 
 
 class Ledger:
-    """Every call of a session by id, settled ones included, so that a repeated
-    result is recognised and answered with the stored outcome."""
+    """The calls of a session by id, settled ones included, so that a repeated
+    result is recognised and answered with the stored outcome.
 
-    def __init__(self) -> None:
+    Bounded: past ``max_calls`` the oldest settled calls are forgotten (a result
+    for one of those then gets ``unknown_call``); open calls are always kept.
+    """
+
+    def __init__(self, max_calls: int = 1_000) -> None:
+        self._max_calls = max_calls
         self._calls: dict[str, Call] = {}
         self._open: dict[str, Call] = {}
 
     def add(self, call: Call) -> None:
         self._calls[call.call_id] = call
         self._open[call.call_id] = call
+        if len(self._calls) > self._max_calls:
+            excess = len(self._calls) - self._max_calls
+            oldest = [c.call_id for c in self._calls.values() if c.settled][:excess]
+            for call_id in oldest:
+                del self._calls[call_id]
 
     def get(self, call_id: str) -> Call | None:
         return self._calls.get(call_id)

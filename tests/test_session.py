@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.call import Call, CallState, IllegalTransition
+from gateway.call import Call, CallState, IllegalTransition, Ledger
 from gateway.event import (
     CallModel,
     CancelModel,
@@ -536,3 +536,25 @@ def test_cancel_leaves_a_pending_async_call_running():
     assert [m.call_id for m in sent if isinstance(m, ToolStatus)] == [batch.calls[0].call_id]
     assert CancelTool(pending.call_id) not in h.other
     assert h.session.next_deadline() == 1060.0
+
+
+def test_ledger_forgets_the_oldest_settled_calls_past_its_bound():
+    ledger = Ledger(max_calls=2)
+    calls = [
+        Call(
+            call_id=f"c{i}",
+            tool="t",
+            display_name="T",
+            kind="client",
+            args={},
+            response_id="r",
+            deadline=1,
+        )
+        for i in range(4)
+    ]
+    for call in calls[:3]:
+        ledger.add(call)
+    calls[0].advance(CallState.COMPLETED)
+    ledger.add(calls[3])
+    assert ledger.get("c0") is None  # settled and oldest: forgotten
+    assert [c.call_id for c in ledger.open_calls()] == ["c1", "c2", "c3"]  # open: always kept
