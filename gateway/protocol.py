@@ -36,6 +36,8 @@ __all__ = [
     "SessionResumed",
     "SessionSnapshot",
     "SessionStart",
+    "SessionUpdate",
+    "SessionUpdated",
     "TextDelta",
     "TextDone",
     "ToolCalls",
@@ -109,6 +111,15 @@ class SessionResume(ClientMsg, tag="session.resume"):
     """The highest ``seq`` the client has; every later event is replayed."""
 
 
+class SessionUpdate(ClientMsg, tag="session.update"):
+    """Change the session's declarations mid-session; absent fields stay as they are."""
+
+    client_functions: Annotated[list[ToolSpec], msgspec.Meta(max_length=128)] | None = None
+    """Replaces every client function declared so far (the agent's stay)."""
+    instructions: Annotated[str, msgspec.Meta(max_length=32_000)] | None = None
+    """Replaces the extra instructions given in ``session.start``."""
+
+
 class Ack(ClientMsg, tag="ack"):
     """The client has every event up to ``seq``; the server may forget them."""
 
@@ -149,10 +160,28 @@ class Ping(ClientMsg, tag="ping"):
     ts: float | None = None
 
 
-Inbound = SessionStart | SessionResume | Ack | UserMessage | ToolResults | ResponseCancel | Ping
+Inbound = (
+    SessionStart
+    | SessionResume
+    | SessionUpdate
+    | Ack
+    | UserMessage
+    | ToolResults
+    | ResponseCancel
+    | Ping
+)
 CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag)
-    for cls in (SessionStart, SessionResume, Ack, UserMessage, ToolResults, ResponseCancel, Ping)
+    for cls in (
+        SessionStart,
+        SessionResume,
+        SessionUpdate,
+        Ack,
+        UserMessage,
+        ToolResults,
+        ResponseCancel,
+        Ping,
+    )
 )
 
 
@@ -204,6 +233,13 @@ class SessionCreated(ServerMsg, tag="session.created"):
     protocol_version: int
     tools: list[ToolInfo] = []
     limits: Limits | None = None
+
+
+class SessionUpdated(ServerMsg, tag="session.updated"):
+    """The answer to ``session.update``: the session's tools now."""
+
+    tools: list[ToolInfo] = []
+    in_reply_to: str | None = None
 
 
 class SessionResumed(ServerMsg, tag="session.resumed"):
@@ -317,6 +353,7 @@ class Pong(ServerMsg, tag="pong"):
 
 Outbound = (
     SessionCreated
+    | SessionUpdated
     | SessionResumed
     | SessionSnapshot
     | ResponseCreated

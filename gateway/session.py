@@ -50,10 +50,13 @@ from gateway.protocol import (
     SessionResume,
     SessionSnapshot,
     SessionStart,
+    SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TextDone,
     ToolInfo,
     ToolResults,
+    ToolSpec,
     TranscriptEntry,
     Usage,
     UserMessage,
@@ -77,6 +80,8 @@ from gateway.transcript import (
 )
 
 __all__ = ["Session", "SessionSettings"]
+
+_REMEMBERED_MESSAGE_IDS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +153,8 @@ class Session:
         self._items: list[Item] = []
         self._notes: list[_Note] = []
         self._queue: deque[UserMessage] = deque()
+        self._message_ids: dict[str, None] = {}
+        """Ids of recent user messages, oldest first (a dict keeps insertion order)."""
         self._response: _Response | None = None
         self._now = 0.0
 
@@ -187,6 +194,8 @@ class Session:
                 )
             case Ack():
                 pass  # the driver trims the event log; nothing changes in the session
+            case SessionUpdate():
+                self._update_session(event)
             case UserMessage():
                 self._accept_user_message(event)
             case ToolResults():
@@ -265,6 +274,38 @@ class Session:
                 "invalid_message", f"unknown agent {msg.agent[:64]!r}", in_reply_to=msg.id
             )
             return
+        tools = self._tools_with(msg.client_functions, msg.id)
+        if tools is None:
+            return
+        self._calls.tools = tools
+        if msg.instructions:
+            self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
+        self._phase = Phase.OPEN
+        self.metadata = msg.metadata
+        self._out.send(
+            SessionCreated(
+                session_id=self.session_id,
+                resume_token=self._resume_token,
+                protocol_version=PROTOCOL_VERSION,
+                agent=self._settings.agent,
+                tools=_tool_infos(tools),
+                limits=self._settings.limits,
+            )
+        )
+
+    def _update_session(self, msg: SessionUpdate) -> None:
+        """Replace the client's own functions and/or extra instructions mid-session."""
+        if msg.client_functions is not None:
+            tools = self._tools_with(msg.client_functions, msg.id)
+            if tools is None:
+                return
+            self._calls.tools = tools
+        if msg.instructions is not None:
+            self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
+        self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
+
+    def _tools_with(self, specs: list[ToolSpec], msg_id: str | None) -> ToolRegistry | None:
+        """The agent's tools plus the client's functions, or ``None`` after an error."""
         client_defs = [
             ToolDef(
                 name=spec.name,
@@ -275,44 +316,19 @@ class Session:
                 display_name=spec.display_name or default_display_name(spec.name),
                 timeout=spec.timeout,
             )
-            for spec in msg.client_functions
+            for spec in specs
         ]
         try:
-            tools = self._calls.tools.extended(client_defs)
+            tools = self._settings.tools.extended(client_defs)
         except ConfigError as exc:
-            self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg.id)
-            return
+            self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
+            return None
         if len(tools) and not self._settings.model_supports_tools:
             self._out.error(
-                "invalid_message", "this agent's model cannot call tools", in_reply_to=msg.id
+                "invalid_message", "this agent's model cannot call tools", in_reply_to=msg_id
             )
-            return
-        self._calls.tools = tools
-        if msg.instructions:
-            self._instructions = f"{self._instructions}\n\n{msg.instructions}".strip()
-        self._phase = Phase.OPEN
-        self.metadata = msg.metadata
-        infos = [
-            ToolInfo(
-                name=d.name,
-                kind=d.kind,
-                execution=d.execution,
-                delivery=d.delivery if d.execution == "async" else None,
-                display_name=d.display_name or default_display_name(d.name),
-                description=d.description,
-            )
-            for d in tools.definitions()
-        ]
-        self._out.send(
-            SessionCreated(
-                session_id=self.session_id,
-                resume_token=self._resume_token,
-                protocol_version=PROTOCOL_VERSION,
-                agent=self._settings.agent,
-                tools=infos,
-                limits=self._settings.limits,
-            )
-        )
+            return None
+        return tools
 
     def _shut_down(self) -> None:
         response = self._response
@@ -327,6 +343,14 @@ class Session:
 
     def _accept_user_message(self, msg: UserMessage) -> None:
         limits = self._settings.limits
+        if msg.id is not None:
+            # An id makes a user message idempotent: a client that is not sure its
+            # message arrived before a drop sends it again, and it counts once.
+            if msg.id in self._message_ids:
+                return
+            self._message_ids[msg.id] = None
+            while len(self._message_ids) > _REMEMBERED_MESSAGE_IDS:
+                del self._message_ids[next(iter(self._message_ids))]
         if len(msg.text) > limits.max_message_chars:
             self._out.error(
                 "message_too_large",
@@ -518,6 +542,20 @@ class Session:
     def _record_outcomes(self, response: _Response) -> None:
         self._items.extend(self._calls.outcome(call) for call in response.calls)
         response.calls = []
+
+
+def _tool_infos(tools: ToolRegistry) -> list[ToolInfo]:
+    return [
+        ToolInfo(
+            name=d.name,
+            kind=d.kind,
+            execution=d.execution,
+            delivery=d.delivery if d.execution == "async" else None,
+            display_name=d.display_name or default_display_name(d.name),
+            description=d.description,
+        )
+        for d in tools.definitions()
+    ]
 
 
 def _id_of(event: Event) -> str | None:

@@ -37,6 +37,8 @@ from gateway.protocol import (
     ServerMsg,
     SessionCreated,
     SessionStart,
+    SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TextDone,
     ToolCalls,
@@ -558,3 +560,29 @@ def test_ledger_forgets_the_oldest_settled_calls_past_its_bound():
     ledger.add(calls[3])
     assert ledger.get("c0") is None  # settled and oldest: forgotten
     assert [c.call_id for c in ledger.open_calls()] == ["c1", "c2", "c3"]  # open: always kept
+
+
+def test_session_update_replaces_the_client_functions():
+    h = Harness()
+    h.start(client_functions=[ToolSpec(name="vibrate", description="Vibrate.")])
+    (updated,) = h.feed(
+        SessionUpdate(id="u", client_functions=[ToolSpec(name="beep", description="Beep.")])
+    )
+    assert isinstance(updated, SessionUpdated)
+    assert updated.in_reply_to == "u"
+    names = [t.name for t in updated.tools]
+    assert "beep" in names
+    assert "vibrate" not in names
+    (error,) = h.feed(SessionUpdate(client_functions=[ToolSpec(name="lamp", description="Clash.")]))
+    assert isinstance(error, Error)
+    assert "defined twice" in error.message
+
+
+def test_a_user_message_id_counts_once():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="hi", id="m1"))
+    h.model(ModelText("hello"), ModelFinish())
+    assert h.feed(UserMessage(text="hi", id="m1")) == []  # resent after a drop: ignored
+    (created,) = h.feed(UserMessage(text="hi again", id="m2"))
+    assert isinstance(created, ResponseCreated)
