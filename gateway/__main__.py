@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
             default=None,
             help=f"(default: {field.default!r}; env GATEWAY_{field.name.upper()})",
         )
+    chat = commands.add_parser("chat", help="talk to a running gateway from this terminal")
+    chat.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime")
+    chat.add_argument("--token", default=None, help="client token, if the gateway needs one")
     schema = commands.add_parser("schema", help="print the protocol's JSON Schema")
     schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
     return parser
@@ -53,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "chat":
+        from client_sdk.chat import run_chat  # the SDK is needed only here
+
+        return asyncio.run(run_chat(args.url, token=args.token))
     if args.command == "schema":
         text = json.dumps(protocol_schema(), indent=2, sort_keys=True) + "\n"
         if args.output:

@@ -305,7 +305,17 @@ class Session:
         self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
 
     def _tools_with(self, specs: list[ToolSpec], msg_id: str | None) -> ToolRegistry | None:
-        """The agent's tools plus the client's functions, or ``None`` after an error."""
+        """The agent's tools plus the client's functions, or ``None`` after an error.
+
+        A client may declare a function the agent already declares as a client
+        function: it says it implements it, and the agent's declaration stands.
+        """
+        agent_tools = self._settings.tools
+        specs = [
+            spec
+            for spec in specs
+            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
+        ]
         client_defs = [
             ToolDef(
                 name=spec.name,

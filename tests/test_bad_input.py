@@ -128,7 +128,7 @@ async def test_user_message_before_session_start_is_refused(url):
         ({"client_functions": [{"name": "BadName", "description": "x"}]}, "client_functions"),
         ({"client_functions": [{"name": "ok_name", "description": ""}]}, "description"),
         (
-            {"client_functions": [{"name": "device_a", "description": "clash"}]},
+            {"client_functions": [{"name": "add", "description": "clash with a server tool"}]},
             "defined twice",
         ),
         (

@@ -573,7 +573,9 @@ def test_session_update_replaces_the_client_functions():
     names = [t.name for t in updated.tools]
     assert "beep" in names
     assert "vibrate" not in names
-    (error,) = h.feed(SessionUpdate(client_functions=[ToolSpec(name="lamp", description="Clash.")]))
+    (error,) = h.feed(
+        SessionUpdate(client_functions=[ToolSpec(name="weather", description="Clash.")])
+    )
     assert isinstance(error, Error)
     assert "defined twice" in error.message
 

@@ -1,0 +1,437 @@
+"""The Python client SDK: one conversation over one resilient socket.
+
+```python
+async with connect("ws://127.0.0.1:8000/v1/realtime") as conv:
+    @conv.client_function("get_battery_level")
+    async def battery() -> dict:
+        return {"level": 0.82, "charging": False}
+
+    async for delta in conv.say("what's my battery level?"):
+        print(delta, end="", flush=True)
+```
+
+Client functions run when the gateway asks for them, concurrently, within the
+call's deadline. A dropped socket is resumed with backoff and jitter; the app
+sees no gap and no duplicate: events are checked by ``seq``, unconfirmed results
+and unanswered user messages are sent again (the gateway applies them once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import msgspec
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.typing import Subprotocol
+
+from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
+from client_sdk.functions import ClientFunction, make_function
+from gateway.errors import CloseCode
+from gateway.protocol import (
+    SUBPROTOCOL,
+    Ack,
+    ClientCall,
+    ClientMsg,
+    Error,
+    Outbound,
+    ResponseCancel,
+    ResponseCreated,
+    ResponseDone,
+    SessionCreated,
+    SessionResume,
+    SessionResumed,
+    SessionSnapshot,
+    SessionStart,
+    SessionUpdate,
+    TextDelta,
+    ToolCalls,
+    ToolResult,
+    ToolResults,
+    ToolStatus,
+    UserMessage,
+    decode_server,
+    encode,
+)
+
+__all__ = ["Conversation", "connect"]
+
+F = Callable[..., Any]
+# Closes after which resuming makes no sense: the session is gone or not ours.
+_FINAL = {
+    CloseCode.NORMAL,
+    CloseCode.POLICY,
+    CloseCode.UNAUTHORIZED,
+    CloseCode.UNKNOWN_SESSION,
+    CloseCode.SESSION_EXPIRED,
+    CloseCode.TAKEN_OVER,
+}
+
+
+class _End(msgspec.Struct, frozen=True):
+    """Put on subscriber queues when the conversation can go no further."""
+
+    error: ClientError
+
+
+def connect(url: str, **options: Any) -> Conversation:
+    """A conversation with the gateway at ``url`` (use it with ``async with``).
+
+    Options are those of ``Conversation``.
+    """
+    return Conversation(url, **options)
+
+
+class Conversation:
+    """One session with the gateway, across as many sockets as it takes.
+
+    Args:
+        url: the gateway's ``ws://`` or ``wss://`` URL of ``/v1/realtime``.
+        token: a client token, sent as ``?token=`` (for gateways that require one).
+        agent: the agent to talk to (the gateway's default when ``None``).
+        instructions: extra instructions for this session.
+        metadata: anything the app wants the gateway to keep with the session.
+        reconnect: resume after a dropped socket (default); ``False`` raises instead.
+        max_reconnect_delay: the longest wait between reconnect attempts, in seconds.
+        ack_every: acknowledge received events after this many, so the gateway can
+            free them.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        agent: str | None = None,
+        instructions: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        reconnect: bool = True,
+        max_reconnect_delay: float = 10.0,
+        ack_every: int = 64,
+    ) -> None:
+        self._url = _with_token(url, token)
+        self._start_msg = SessionStart(
+            agent=agent, instructions=instructions, metadata=metadata or {}
+        )
+        self._reconnect = reconnect
+        self._max_delay = max_reconnect_delay
+        self._ack_every = ack_every
+        self._functions: dict[str, ClientFunction] = {}
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._subscribers: set[asyncio.Queue[Outbound | _End]] = set()
+        self._created: asyncio.Future[SessionCreated] | None = None
+        self._closing = False
+        self._end: ClientError | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._answered: set[str] = set()
+        self._unconfirmed: dict[str, ToolResult] = {}
+        self._unanswered: dict[str, UserMessage] = {}
+        """User messages the gateway has not started a response for yet (resent on resume)."""
+        self._since_ack = 0
+        self.session: SessionCreated | None = None
+        self.last_seq = 0
+        self.reconnects = 0
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Conversation:
+        self._ws = await websockets.connect(self._url, subprotocols=[Subprotocol(SUBPROTOCOL)])
+        self._reader = asyncio.create_task(self._read_loop(), name="client_sdk:reader")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """End the session (a normal close tells the gateway the client is done)."""
+        self._closing = True
+        if self._ws is not None:
+            await self._ws.close()
+        tasks = [t for t in (self._reader, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def start(self) -> SessionCreated:
+        """Open the session (``say`` and ``events`` do it when needed)."""
+        if self._created is None:
+            self._created = asyncio.get_running_loop().create_future()
+            specs = [f.spec for f in self._functions.values()]
+            await self._send(msgspec.structs.replace(self._start_msg, client_functions=specs))
+        return await self._created
+
+    # ----------------------------------------------------------------- functions
+
+    def client_function(self, name: str | None = None, **options: Any) -> Callable[[F], F]:
+        """Register the decorated function as a client function (see ``add_client_function``)."""
+
+        def register(func: F) -> F:
+            self.add_client_function(func, name=name, **options)
+            return func
+
+        return register
+
+    def add_client_function(self, func: F, *, name: str | None = None, **options: Any) -> None:
+        """Let the model call ``func`` on this device.
+
+        Options: ``description`` (default: the docstring), ``input_schema`` (default:
+        from the type hints), ``output_schema``, ``timeout`` (seconds the gateway
+        waits), ``display_name``. Sync or async; registering after the session
+        started declares the functions again with ``session.update``.
+        """
+        function = make_function(func, name=name, **options)
+        self._functions[function.spec.name] = function
+        if self._created is not None:
+            update = SessionUpdate(client_functions=[f.spec for f in self._functions.values()])
+            task = asyncio.get_running_loop().create_task(self._send(update))
+            task.add_done_callback(lambda t: t.exception())
+
+    # ----------------------------------------------------------------- conversation
+
+    async def say(self, text: str) -> AsyncIterator[str]:
+        """Send a user message and yield the text of the response to it, as it streams.
+
+        Raises:
+            ServerError: the gateway refused the message or the response failed.
+            ResumeGap: events were lost across a reconnect.
+            SessionClosed: the session ended.
+        """
+        await self.start()
+        queue = self._subscribe()
+        try:
+            msg_id = await self.post(text)
+            response_id: str | None = None
+            while True:
+                event = await queue.get()
+                match event:
+                    case _End(error=error):
+                        raise error
+                    case ResponseCreated() if event.in_reply_to == msg_id:
+                        response_id = event.response_id
+                    case TextDelta() if event.response_id == response_id:
+                        yield event.delta
+                    case Error() if event.in_reply_to == msg_id or (
+                        response_id is not None and event.response_id == response_id
+                    ):
+                        raise ServerError(event)
+                    case SessionSnapshot():
+                        raise ResumeGap(event)
+                    case ResponseDone() if event.response_id == response_id:
+                        return
+        finally:
+            self._subscribers.discard(queue)
+
+    async def post(self, text: str) -> str:
+        """Send a user message without waiting for the reply; return its id.
+
+        The reply arrives as events (``events()``); ``response.created`` names the
+        message in ``in_reply_to``. A message not yet answered when the socket drops
+        is sent again after the resume; the gateway counts it once.
+        """
+        await self.start()
+        msg_id = f"msg_{secrets.token_urlsafe(9)}"
+        msg = UserMessage(text=text, id=msg_id)
+        self._unanswered[msg_id] = msg
+        await self._send(msg)
+        return msg_id
+
+    async def events(self) -> AsyncIterator[Outbound]:
+        """Every event of the session from now on, in order, once each.
+
+        Besides the session's events it yields ``session.resumed`` after a
+        reconnect and ``session.snapshot`` after one that lost events.
+
+        Raises:
+            SessionClosed: when the session ends.
+        """
+        queue = self._subscribe()
+        try:
+            while True:
+                event = await queue.get()
+                if isinstance(event, _End):
+                    raise event.error
+                yield event
+        finally:
+            self._subscribers.discard(queue)
+
+    async def cancel(self, response_id: str | None = None) -> None:
+        """Stop the running response (barge-in)."""
+        await self._send(ResponseCancel(response_id=response_id))
+
+    # ----------------------------------------------------------------- internals
+
+    def _subscribe(self) -> asyncio.Queue[Outbound | _End]:
+        if self._end is not None:
+            raise self._end
+        queue: asyncio.Queue[Outbound | _End] = asyncio.Queue()
+        self._subscribers.add(queue)
+        return queue
+
+    async def _send(self, msg: ClientMsg) -> None:
+        """Send if connected; a message lost to a drop is recovered on resume."""
+        if self._end is not None:
+            raise self._end
+        if self._ws is not None:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._ws.send(encode(msg).decode())
+
+    async def _read_loop(self) -> None:
+        while True:
+            assert self._ws is not None
+            try:
+                frame = await self._ws.recv()
+            except websockets.ConnectionClosed as exc:
+                if self._closing:
+                    return
+                code = exc.rcvd.code if exc.rcvd else 1006
+                reason = exc.rcvd.reason if exc.rcvd else ""
+                if code in _FINAL or not self._reconnect or self.session is None:
+                    self._finish(SessionClosed(code, reason))
+                    return
+                if not await self._resume():
+                    return
+                continue
+            try:
+                event = decode_server(frame)
+            except msgspec.ValidationError:
+                continue  # an event type newer than this SDK
+            self._on_event(event)
+
+    def _on_event(self, event: Outbound) -> None:
+        if event.seq:
+            if event.seq <= self.last_seq:
+                return  # already seen: never hand the app a duplicate
+            self.last_seq = event.seq
+            self._since_ack += 1
+            if self._since_ack >= self._ack_every:
+                self._since_ack = 0
+                self._spawn(self._send(Ack(seq=self.last_seq)))
+        match event:
+            case SessionCreated():
+                self.session = event
+                if self._created is not None and not self._created.done():
+                    self._created.set_result(event)
+            case Error() if self.session is None and self._created is not None:
+                if not self._created.done():
+                    self._created.set_exception(ServerError(event))
+            case ToolCalls(calls=calls):
+                for call in calls:
+                    self._run_call(call)
+            case ToolStatus(call_id=call_id):
+                self._unconfirmed.pop(call_id, None)
+            case ResponseCreated(in_reply_to=in_reply_to) if in_reply_to:
+                self._unanswered.pop(in_reply_to, None)
+            case Error(in_reply_to=in_reply_to) if in_reply_to:
+                self._unanswered.pop(in_reply_to, None)
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    def _run_call(self, call: ClientCall) -> None:
+        if call.call_id in self._answered or call.call_id in self._running:
+            return
+        task = asyncio.get_running_loop().create_task(self._execute(call))
+        self._running[call.call_id] = task
+        task.add_done_callback(lambda _: self._running.pop(call.call_id, None))
+
+    async def _execute(self, call: ClientCall) -> None:
+        function = self._functions.get(call.tool)
+        try:
+            if function is None:
+                raise LookupError(f"this client has no function {call.tool!r}")
+            async with asyncio.timeout(max(0.0, call.timeout)):
+                output = await function.invoke(call.args)
+            result = ToolResult(call_id=call.call_id, tool=call.tool, output=output)
+        except TimeoutError:
+            result = ToolResult(
+                call_id=call.call_id,
+                tool=call.tool,
+                error="the client function overran its deadline",
+            )
+        except Exception as exc:  # the handler's failure is the model's to hear about
+            result = ToolResult(
+                call_id=call.call_id, tool=call.tool, error=f"{type(exc).__name__}: {exc}"
+            )
+        self._answered.add(call.call_id)
+        self._unconfirmed[call.call_id] = result
+        await self._send(ToolResults(results=[result]))
+
+    async def _resume(self) -> bool:
+        """Reconnect with backoff and jitter; ``False`` when the session is lost."""
+        assert self.session is not None
+        delay = 0.05
+        while not self._closing:
+            try:
+                websocket = await websockets.connect(
+                    self._url, subprotocols=[Subprotocol(SUBPROTOCOL)]
+                )
+                resume = SessionResume(
+                    session_id=self.session.session_id,
+                    resume_token=self.session.resume_token,
+                    last_seq=self.last_seq,
+                )
+                await websocket.send(encode(resume).decode())
+                async with asyncio.timeout(10):
+                    first = decode_server(await websocket.recv())
+            except websockets.ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd else 1006
+                if code in _FINAL:
+                    self._finish(SessionClosed(code, exc.rcvd.reason if exc.rcvd else ""))
+                    return False
+            except (OSError, TimeoutError, websockets.InvalidHandshake):
+                pass  # the gateway is not reachable yet: wait and try again
+            else:
+                self._ws = websocket
+                self.reconnects += 1
+                await self._after_resume(first)
+                return True
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
+            delay = min(delay * 2, self._max_delay)
+        return False
+
+    async def _after_resume(self, first: Outbound) -> None:
+        assert self._ws is not None
+        open_calls: list[ClientCall] = []
+        if isinstance(first, Error) and first.code == "resume_gap":
+            snapshot = decode_server(await self._ws.recv())
+            if isinstance(snapshot, SessionSnapshot):
+                self.last_seq = snapshot.last_seq
+                for queue in self._subscribers:
+                    queue.put_nowait(snapshot)
+                open_calls = snapshot.open_calls
+        elif isinstance(first, SessionResumed):
+            open_calls = first.open_calls
+            for queue in self._subscribers:
+                queue.put_nowait(first)
+        # What may have been lost on the way out goes again; the gateway applies it once.
+        if self._unconfirmed:
+            await self._send(ToolResults(results=list(self._unconfirmed.values())))
+        for msg in list(self._unanswered.values()):
+            await self._send(msg)
+        for call in open_calls:
+            self._run_call(call)
+
+    def _finish(self, error: ClientError) -> None:
+        self._end = error
+        if self._created is not None and not self._created.done():
+            self._created.set_exception(error)
+        for queue in self._subscribers:
+            queue.put_nowait(_End(error))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def _with_token(url: str, token: str | None) -> str:
+    if token is None:
+        return url
+    parts = urlsplit(url)
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=query + urlencode({"token": token})))

@@ -1,0 +1,95 @@
+"""Client functions: plain Python functions the gateway's model can call on this device.
+
+Their JSON Schema comes from the type hints (or is given explicitly); arguments
+are converted to those types before the call, and the result to JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+import msgspec
+
+from gateway.protocol import ToolSpec
+
+__all__ = ["ClientFunction", "make_function"]
+
+
+@dataclass(frozen=True)
+class ClientFunction:
+    """A registered function and how it is declared to the gateway."""
+
+    spec: ToolSpec
+    func: Callable[..., Any]
+    args_type: type[msgspec.Struct] | None
+    """Converts the call's arguments; ``None`` passes them as they come."""
+
+    async def invoke(self, args: dict[str, Any]) -> Any:
+        """Run the function with the call's arguments; returns JSON-compatible data.
+
+        A plain (non-async) function runs in a worker thread, so it cannot block the
+        connection; such a thread cannot be interrupted when it overruns.
+        """
+        if self.args_type is not None:
+            converted = msgspec.convert(args, self.args_type)
+            kwargs = {f: getattr(converted, f) for f in self.args_type.__struct_fields__}
+        else:
+            kwargs = dict(args)
+        if inspect.iscoroutinefunction(self.func):
+            result = await self.func(**kwargs)
+        else:
+            result = await asyncio.to_thread(self.func, **kwargs)
+        return msgspec.to_builtins(result)
+
+
+def make_function(
+    func: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    display_name: str | None = None,
+) -> ClientFunction:
+    """Describe ``func`` as a client function (schemas from its type hints unless given)."""
+    fn_name = name or func.__name__
+    args_type = None if input_schema is not None else _args_type(fn_name, func)
+    spec = ToolSpec(
+        name=fn_name,
+        description=(description or inspect.getdoc(func) or fn_name.replace("_", " ")).strip(),
+        input_schema=input_schema or _schema(args_type),
+        output_schema=output_schema,
+        display_name=display_name,
+        timeout=timeout,
+    )
+    return ClientFunction(spec=spec, func=func, args_type=args_type)
+
+
+def _args_type(name: str, func: Callable[..., Any]) -> type[msgspec.Struct]:
+    hints = get_type_hints(func)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"client function {name!r}: *args and **kwargs have no schema")
+        annotation = hints.get(param.name, Any)
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, annotation))
+        else:
+            fields.append((param.name, annotation, param.default))
+    return msgspec.defstruct(f"{name}_args", fields, kw_only=True, forbid_unknown_fields=True)
+
+
+def _schema(args_type: type[msgspec.Struct] | None) -> dict[str, Any]:
+    if args_type is None:
+        return {"type": "object", "properties": {}}
+    (ref,), components = msgspec.json.schema_components([args_type], ref_template="#/$defs/{name}")
+    root: dict[str, Any] = dict(components.pop(ref["$ref"].rsplit("/", 1)[-1]))
+    root.pop("title", None)
+    if components:
+        root["$defs"] = components
+    return root
