@@ -84,12 +84,20 @@ def _import_tool(ref: str, base_dir: Path) -> object:
         raise ConfigError(f"server tool {ref!r}: {module_name} has no {attr!r}") from exc
 
 
-def load_agent(path: Path, *, pace: float | None = None) -> Agent:
+def load_agent(
+    path: Path,
+    *,
+    pace: float | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+) -> Agent:
     """Load and check an agent file.
 
     Args:
         path: the agent TOML file.
         pace: scripted model only: seconds between words, overriding the files.
+        model: ``provider:model`` replacing the file's model (``gateway serve --model``).
+        base_url: the model API's base URL, replacing the file's.
 
     Raises:
         ConfigError: naming the file, the tool and the reason.
@@ -117,7 +125,9 @@ def load_agent(path: Path, *, pace: float | None = None) -> Agent:
             for fn in spec.client_functions
         ]
         tools = ToolRegistry([*(t.definition for t in server_tools.values()), *client_defs])
-        provider = create_provider(spec.model, base_dir=path.parent, pace=pace)
+        provider = create_provider(
+            _override(spec.model, model, base_url), base_dir=path.parent, pace=pace
+        )
         if len(tools) and not provider.capabilities.tools:
             names = ", ".join(d.name for d in tools.definitions())
             raise ConfigError(
@@ -132,3 +142,16 @@ def load_agent(path: Path, *, pace: float | None = None) -> Agent:
         server_tools=server_tools,
         provider=provider,
     )
+
+
+def _override(settings: ModelSettings, model: str | None, base_url: str | None) -> ModelSettings:
+    if model is not None:
+        provider, sep, name = model.partition(":")
+        if not sep or not name:
+            raise ConfigError(
+                f"--model {model!r}: expected provider:model, e.g. openai:gpt-4o-mini"
+            )
+        settings = msgspec.structs.replace(settings, provider=provider, model=name)
+    if base_url is not None:
+        settings = msgspec.structs.replace(settings, base_url=base_url)
+    return settings

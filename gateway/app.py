@@ -26,7 +26,7 @@ from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
 
-__all__ = ["Runtime", "create_app", "new_id"]
+__all__ = ["Runtime", "agent_from_config", "create_app", "new_id"]
 
 log = structlog.get_logger("gateway.app")
 
@@ -158,16 +158,23 @@ class Runtime:
         log.info("shutdown_finished")
 
 
+def agent_from_config(config: Config) -> Agent:
+    """The agent the configuration names (the demo by default), checked.
+
+    Raises:
+        ConfigError: the agent file, its scenario or the model settings are invalid.
+    """
+    path = Path(config.agent) if config.agent else DEMO_AGENT
+    return load_agent(path, pace=config.scripted_pace, model=config.model, base_url=config.base_url)
+
+
 def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     """Build the ASGI app. Loads the agent now, so a bad agent file fails at startup.
 
     Raises:
         ConfigError: the agent file or its scenario is invalid.
     """
-    if agent is None:
-        path = Path(config.agent) if config.agent else DEMO_AGENT
-        agent = load_agent(path, pace=config.scripted_pace)
-    runtime = Runtime(config, agent)
+    runtime = Runtime(config, agent or agent_from_config(config))
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse(

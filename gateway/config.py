@@ -24,6 +24,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     port: int = 8000
     agent: str | None = None
     """Path to an agent TOML file; ``None`` serves the bundled demo agent."""
+    model: str | None = None
+    """``provider:model`` (e.g. ``openai:gpt-4o-mini``), replacing the agent's model."""
+    base_url: str | None = None
+    """The model API's base URL, replacing the agent's (e.g. a local vLLM or Ollama)."""
     ws_max_size: int = 2**20
     """Largest inbound WebSocket frame in bytes; bigger frames close the socket with 1009."""
     max_message_chars: int = 32_000

@@ -66,7 +66,14 @@ class Dispatcher:
         status of any server tool and of any call refused before dispatch.
         """
         calls = [self._new_call(request, response_id, now) for request in requests]
-        batch = [client_call for call in calls if (client_call := self._dispatch(call, now))]
+        batch: list[ClientCall] = []
+        for call, request in zip(calls, requests, strict=True):
+            if request.args_error is not None:
+                self._settle(
+                    call, CallState.FAILED, error=f"invalid arguments: {request.args_error}"
+                )
+            elif client_call := self._dispatch(call, now):
+                batch.append(client_call)
         for call in calls:
             if not call.settled:  # settled ones were saved when they settled
                 self._out.do(SaveCall(call))

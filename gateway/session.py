@@ -495,7 +495,8 @@ class Session:
         response = self._response
         if response is None or response.step_id != event.step_id:
             return
-        if response.text:
+        streamed = bool(response.text)
+        if streamed:
             self._items.append(AssistantTurn(text="".join(response.text)))
         response.step_id = None
         self._out.error(
@@ -504,7 +505,8 @@ class Session:
             retryable=event.retryable,
             response_id=response.response_id,
         )
-        self._end_response("failed")
+        # Cut after text reached the user: incomplete; nothing said at all: failed.
+        self._end_response("incomplete" if streamed else "failed")
 
     def _finish_step(self, response: _Response) -> None:
         text = "".join(response.text)

@@ -16,8 +16,7 @@ import websockets
 
 from client_sdk import Connection, connect_raw
 from gateway.__main__ import build_server
-from gateway.agent import DEMO_AGENT, load_agent
-from gateway.app import Runtime, create_app
+from gateway.app import Runtime, agent_from_config, create_app
 from gateway.config import Config
 from gateway.protocol import (
     SUBPROTOCOL,
@@ -81,9 +80,7 @@ async def serving(*, send_buffer: int | None = None, **overrides: Any) -> AsyncI
     """
     overrides.setdefault("agent", str(TEST_AGENT))
     config = Config(host="127.0.0.1", port=0, **overrides)
-    agent = load_agent(
-        Path(config.agent) if config.agent else DEMO_AGENT, pace=config.scripted_pace
-    )
+    agent = agent_from_config(config)
     model = RecordingProvider(agent.provider)
     app = create_app(config, agent=dataclasses.replace(agent, provider=model))
     server = build_server(config, app)

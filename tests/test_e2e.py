@@ -332,9 +332,16 @@ async def test_a_hung_tool_is_cancelled_at_its_timeout(url):
     assert test_tools.hang_state["cancelled"] == before["cancelled"] + 1
 
 
-async def test_broken_model_stream_fails_the_response_and_the_session_goes_on(url):
+@pytest.mark.parametrize(
+    ("text", "status", "partial"),
+    [("break", "incomplete", "partial answer"), ("fail", "failed", "")],
+    ids=["after some text: incomplete", "before any text: failed"],
+)
+async def test_broken_model_stream_ends_the_response_and_the_session_goes_on(
+    url, text, status, partial
+):
     async with session(url) as (conn, _):
-        events = await say(conn, "break")
+        events = await say(conn, text)
         error = next(e for e in events if isinstance(e, Error))
         assert error.code == "provider_error"
         assert error.retryable
@@ -342,8 +349,8 @@ async def test_broken_model_stream_fails_the_response_and_the_session_goes_on(ur
         done = events[-1]
         assert error.response_id == done.response_id  # type: ignore[union-attr]
         assert isinstance(done, ResponseDone)
-        assert done.status == "failed"
-        assert streamed_text(events) == "partial answer"
+        assert done.status == status
+        assert streamed_text(events) == partial
         after = await say(conn, "echo recovered")
     assert streamed_text(after) == "recovered"
 

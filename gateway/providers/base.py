@@ -57,6 +57,8 @@ class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
     name: str
     args: dict[str, Any]
     provider_call_id: str | None = None
+    args_error: str | None = None
+    """Set when the model's arguments were not a JSON object: the call fails at once."""
 
 
 class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):

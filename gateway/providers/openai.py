@@ -1,0 +1,142 @@
+"""OpenAI-compatible Chat Completions: OpenAI, vLLM, Ollama, llama.cpp, LM Studio...
+
+Streams ``/chat/completions`` with ``stream: true``; text comes in
+``choices[0].delta.content``, tool calls in ``delta.tool_calls`` fragments that
+are assembled by ``index`` (name first, arguments as JSON text in pieces).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import ProviderError
+from gateway.providers.base import (
+    Capabilities,
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelText,
+    ModelUsage,
+)
+from gateway.providers.http import (
+    HttpModel,
+    HttpProvider,
+    outcome_json,
+    safe_call_id,
+    tool_call,
+)
+from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
+
+__all__ = ["OpenAIProvider", "openai_messages"]
+
+
+def openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions messages."""
+    messages: list[dict[str, Any]] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    for item in request.items:
+        match item:
+            case UserTurn(text=text) | ContextNote(text=text):
+                messages.append({"role": "user", "content": text})
+            case AssistantTurn(text=text, calls=calls):
+                message: dict[str, Any] = {"role": "assistant", "content": text or None}
+                if calls:
+                    message["tool_calls"] = [
+                        {
+                            "id": safe_call_id(call.call_id),
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": json.dumps(call.args)},
+                        }
+                        for call in calls
+                    ]
+                messages.append(message)
+            case ToolOutcome(call_id=call_id, output=output, error=error):
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": safe_call_id(call_id),
+                        "content": outcome_json(output, error),
+                    }
+                )
+    return messages
+
+
+class OpenAIProvider(HttpProvider):
+    """A ``Provider`` for any OpenAI-compatible Chat Completions server."""
+
+    name = "openai"
+
+    def __init__(self, settings: HttpModel, *, tools: bool = True) -> None:
+        super().__init__(settings)
+        self.capabilities = Capabilities(tools=tools, parallel_tool_calls=tools)
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": openai_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.input_schema,
+                    },
+                }
+                for tool in request.tools
+            ]
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        if self.settings.max_tokens is not None:
+            body["max_tokens"] = self.settings.max_tokens
+        return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        headers = (
+            {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
+        )
+        url = self.settings.base_url.rstrip("/") + "/chat/completions"
+        calls: dict[int, dict[str, str]] = {}
+        finish: str | None = None
+        usage: ModelUsage | None = None
+        async for event in self._stream(url, self.body(request), headers):
+            if event.data == "[DONE]":
+                break
+            chunk = _json(event.data)
+            if chunk.get("usage"):
+                usage = ModelUsage(
+                    input_tokens=chunk["usage"].get("prompt_tokens", 0),
+                    output_tokens=chunk["usage"].get("completion_tokens", 0),
+                )
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    yield ModelText(delta["content"])
+                for fragment in delta.get("tool_calls") or []:
+                    call = calls.setdefault(fragment.get("index", 0), {"name": "", "arguments": ""})
+                    function = fragment.get("function") or {}
+                    call["name"] += function.get("name") or ""
+                    call["arguments"] += function.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+        if finish is None:
+            raise ProviderError("the model stream ended without a finish reason (truncated)")
+        for index in sorted(calls):
+            yield tool_call(calls[index]["name"], calls[index]["arguments"])
+        yield ModelFinish(reason=finish, usage=usage)
+
+
+def _json(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ProviderError("the model sent a chunk that is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ProviderError("the model sent a chunk that is not a JSON object")
+    return value
