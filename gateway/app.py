@@ -155,6 +155,7 @@ class Runtime:
                 await asyncio.gather(*closing)
         except TimeoutError:
             log.warning("shutdown_sockets_not_closed")
+        await self.agent.provider.aclose()
         log.info("shutdown_finished")
 
 

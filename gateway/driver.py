@@ -231,10 +231,12 @@ class Driver:
         )
         if events is None:
             log.info("resume_gap", last_seq=last_seq, head=head)
-            error = Error(
-                code="resume_gap",
-                message=f"events after seq {last_seq} are gone; rebuild from the snapshot",
+            why = (
+                f"last_seq {last_seq} is ahead of this session (newest seq {head})"
+                if last_seq > head
+                else f"events after seq {last_seq} are gone"
             )
+            error = Error(code="resume_gap", message=f"{why}; rebuild from the snapshot")
             conn.replay(encode(error))
             conn.replay(encode(self.session.snapshot(now)))
             return

@@ -186,7 +186,12 @@ class Session:
                 self._shut_down()
             case ShuttingDown():
                 if self._response is not None:
-                    self._cancel_response(None, status="incomplete", start_next=False)
+                    self._cancel_response(
+                        None,
+                        status="incomplete",
+                        reason="cancelled: the gateway is restarting",
+                        start_next=False,
+                    )
                 self._queue.clear()
             case _ if self._phase is Phase.NEW and not isinstance(event, Tick):
                 self._out.error(
@@ -353,14 +358,11 @@ class Session:
 
     def _accept_user_message(self, msg: UserMessage) -> None:
         limits = self._settings.limits
-        if msg.id is not None:
-            # An id makes a user message idempotent: a client that is not sure its
-            # message arrived before a drop sends it again, and it counts once.
-            if msg.id in self._message_ids:
-                return
-            self._message_ids[msg.id] = None
-            while len(self._message_ids) > _REMEMBERED_MESSAGE_IDS:
-                del self._message_ids[next(iter(self._message_ids))]
+        # An id makes a user message idempotent: a client that is not sure its message
+        # arrived before a drop sends it again, and it counts once. Only accepted
+        # messages are remembered, so one refused as busy may be retried as it is.
+        if msg.id is not None and msg.id in self._message_ids:
+            return
         if len(msg.text) > limits.max_message_chars:
             self._out.error(
                 "message_too_large",
@@ -369,9 +371,7 @@ class Session:
             )
         elif not msg.text.strip():
             self._out.error("invalid_message", "text must not be blank", in_reply_to=msg.id)
-        elif self._response is None:
-            self._start_response(msg)
-        elif len(self._queue) >= limits.max_queued_messages:
+        elif self._response is not None and len(self._queue) >= limits.max_queued_messages:
             self._out.error(
                 "busy",
                 "too many messages waiting for the running response",
@@ -379,7 +379,18 @@ class Session:
                 retryable=True,
             )
         else:
-            self._queue.append(msg)
+            self._remember(msg.id)
+            if self._response is None:
+                self._start_response(msg)
+            else:
+                self._queue.append(msg)
+
+    def _remember(self, msg_id: str | None) -> None:
+        if msg_id is None:
+            return
+        self._message_ids[msg_id] = None
+        while len(self._message_ids) > _REMEMBERED_MESSAGE_IDS:
+            del self._message_ids[next(iter(self._message_ids))]
 
     def _start_response(self, msg: UserMessage) -> None:
         # Context that arrived before the user spoke goes before their words.
@@ -438,6 +449,7 @@ class Session:
         response_id: str | None,
         *,
         status: ResponseStatus = "cancelled",
+        reason: str = CANCELLED,
         start_next: bool = True,
     ) -> None:
         response = self._response
@@ -452,7 +464,7 @@ class Session:
         # Async calls that are pending outlive the response; the rest stop now.
         for call in response.calls:
             if call.blocking:
-                self._calls.cancel(call, CANCELLED)
+                self._calls.cancel(call, reason)
         self._record_outcomes(response)
         self._end_response(status, start_next=start_next)
 

@@ -89,7 +89,7 @@ async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver |
 _REFUSALS = {
     CloseCode.UNAUTHORIZED: "wrong resume token",
     CloseCode.UNKNOWN_SESSION: "unknown session",
-    CloseCode.SESSION_EXPIRED: "session expired",
+    CloseCode.SESSION_EXPIRED: "session ended or expired",
 }
 
 

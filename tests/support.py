@@ -52,6 +52,9 @@ class RecordingProvider:
         self.requests.append(request)
         return self.inner.stream(request)
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
 
 @dataclass
 class Gateway:
@@ -100,6 +103,7 @@ async def serving(*, send_buffer: int | None = None, **overrides: Any) -> AsyncI
         server.should_exit = True
         await task
         sock.close()
+        await model.aclose()
 
 
 @asynccontextmanager

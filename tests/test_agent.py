@@ -134,3 +134,33 @@ def test_tool_decorator_rejects_non_struct_arguments():
 async def test_server_tool_invoke_converts_input_and_output(tmp_path: Path):
     agent = load_agent(write_agent(tmp_path, '[[server_tools]]\nref = "my_tools.py:lookup"\n'))
     assert await agent.server_tools["lookup"].invoke({"q": "hi"}) == {"a": "hi"}
+
+
+def test_an_http_model_without_tools_refuses_an_agent_with_tools(tmp_path: Path):
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        'name = "a"\n[model]\nprovider = "openai"\nmodel = "tiny"\ntools = false\n'
+        '[[client_functions]]\nname = "open"\ndescription = "d"\n'
+    )
+    with pytest.raises(ConfigError, match="'openai' cannot call tools, but the agent has: open"):
+        load_agent(path)
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        ("openai", "provider:model"),
+        ("teleport:x", "unknown provider"),
+        ("openai:", "provider:model"),
+    ],
+)
+def test_model_flag_is_checked(model, words):
+    with pytest.raises(ConfigError, match=words):
+        load_agent(DEMO_AGENT, model=model)
+
+
+def test_model_flag_puts_the_demo_on_an_http_model():
+    agent = load_agent(DEMO_AGENT, model="openai:gpt-test", base_url="http://127.0.0.1:9/v1")
+    assert agent.provider.name == "openai"
+    assert agent.provider.settings.base_url == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+    assert agent.provider.settings.model == "gpt-test"  # type: ignore[attr-defined]

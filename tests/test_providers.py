@@ -26,7 +26,7 @@ from tests.mock_llm import mock_llm, now
 from tests.support import say, serving, session, streamed_text
 
 AGENT = Path(__file__).parent / "data" / "provider_agent.toml"
-PROVIDERS = ["openai"]
+PROVIDERS = ["openai", "anthropic", "gemini"]
 
 
 @pytest.fixture(params=PROVIDERS)
@@ -40,20 +40,55 @@ async def stack(request):
             yield request.param, llm, gateway
 
 
+def tool_names(llm_body: dict, provider: str) -> list[str]:
+    """The tools offered to the model, by name, in a request body."""
+    if provider == "openai":
+        return [t["function"]["name"] for t in llm_body["tools"]]
+    if provider == "anthropic":
+        return [t["name"] for t in llm_body["tools"]]
+    return [d["name"] for t in llm_body["tools"] for d in t["functionDeclarations"]]
+
+
 def tool_results(llm_body: dict, provider: str) -> list[tuple[str, str]]:
-    """(call id, result text) pairs the model got in its last request."""
+    """(call id, result as JSON text) pairs the model got in a request body."""
     if provider == "openai":
         return [
             (m["tool_call_id"], m["content"]) for m in llm_body["messages"] if m["role"] == "tool"
         ]
-    raise AssertionError(provider)
+    if provider == "anthropic":
+        return [
+            (block["tool_use_id"], block["content"])
+            for m in llm_body["messages"]
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for block in m["content"]
+            if block.get("type") == "tool_result"
+        ]
+    return [
+        (part["functionResponse"]["id"], json.dumps(part["functionResponse"]["response"]))
+        for content in llm_body["contents"]
+        for part in content["parts"]
+        if "functionResponse" in part
+    ]
 
 
 def requested_ids(llm_body: dict, provider: str) -> list[str]:
     """Ids of the tool calls the model made, as the gateway sent them back."""
     if provider == "openai":
         return [c["id"] for m in llm_body["messages"] for c in m.get("tool_calls") or []]
-    raise AssertionError(provider)
+    if provider == "anthropic":
+        return [
+            block["id"]
+            for m in llm_body["messages"]
+            if m["role"] == "assistant" and isinstance(m["content"], list)
+            for block in m["content"]
+            if block.get("type") == "tool_use"
+        ]
+    return [
+        part["functionCall"]["id"]
+        for content in llm_body["contents"]
+        for part in content["parts"]
+        if "functionCall" in part
+    ]
 
 
 async def test_plain_text_streams(stack):
@@ -88,7 +123,7 @@ async def test_client_function_round_trip(stack):
         events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
     assert streamed_text(events) == "A says x"
     first, second = await llm.requests()
-    assert [t["function"]["name"] for t in first.body["tools"]] == ["device_a", "device_b"]
+    assert tool_names(first.body, provider) == ["device_a", "device_b"]
     assert requested_ids(second.body, provider) == [call.call_id]
     assert [(i, json.loads(r)) for i, r in tool_results(second.body, provider)] == [
         (call.call_id, {"value": "x"})
@@ -126,7 +161,7 @@ async def test_a_stream_cut_mid_way_ends_the_response_incomplete(stack):
     _provider, llm, gateway = stack
     await llm.script(
         {"type": "reply", "text": "one two three four five six seven eight"},
-        {"type": "stream_fault", "kind": "disconnect", "after_chunks": 3},
+        {"type": "stream_fault", "kind": "disconnect", "after_chunks": 4},
         {"type": "reply", "text": "back again"},
     )
     async with session(gateway.url) as (conn, _):
@@ -171,7 +206,7 @@ async def test_a_stalled_stream_ends_at_the_stall_timeout(stack):
     _provider, llm, gateway = stack
     await llm.script(
         {"type": "reply", "text": "one two three four five six"},
-        {"type": "stream_fault", "kind": "stall", "after_chunks": 3, "stall_seconds": 10},
+        {"type": "stream_fault", "kind": "stall", "after_chunks": 4, "stall_seconds": 10},
     )
     async with session(gateway.url) as (conn, _):
         started = now()
@@ -188,7 +223,7 @@ async def test_cancel_closes_the_upstream_request_within_100_ms(stack):
     _provider, llm, gateway = stack
     await llm.script(
         {"type": "reply", "text": "one two three four five six"},
-        {"type": "stream_fault", "kind": "stall", "after_chunks": 3, "stall_seconds": 10},
+        {"type": "stream_fault", "kind": "stall", "after_chunks": 4, "stall_seconds": 10},
     )
     async with session(gateway.url) as (conn, _):
         await conn.send(UserMessage(text="hi"))

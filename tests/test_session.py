@@ -588,3 +588,19 @@ def test_a_user_message_id_counts_once():
     assert h.feed(UserMessage(text="hi", id="m1")) == []  # resent after a drop: ignored
     (created,) = h.feed(UserMessage(text="hi again", id="m2"))
     assert isinstance(created, ResponseCreated)
+
+
+def test_a_message_refused_as_busy_can_be_sent_again_with_its_id():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="first"))
+    h.feed(UserMessage(text="q1"))
+    h.feed(UserMessage(text="q2"))
+    (busy,) = h.feed(UserMessage(text="later", id="m9"))
+    assert isinstance(busy, Error)
+    assert busy.code == "busy"
+    h.model(ModelText("ok"), ModelFinish())  # first done: q1 starts, one queue place frees
+    assert h.feed(UserMessage(text="later", id="m9")) == []  # queued this time
+    h.model(ModelText("ok"), ModelFinish())
+    h.model(ModelText("ok"), ModelFinish())
+    assert h.last_model_call().request.items[-1] == UserTurn(text="later")

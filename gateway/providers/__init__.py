@@ -80,4 +80,10 @@ def create_provider(
         from gateway.providers.openai import OpenAIProvider
 
         return OpenAIProvider(http, tools=settings.tools)
-    raise ConfigError(f"model: the {settings.provider} adapter is not built yet")
+    if settings.provider == "anthropic":
+        from gateway.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(http, tools=settings.tools)
+    from gateway.providers.gemini import GeminiProvider
+
+    return GeminiProvider(http, tools=settings.tools)

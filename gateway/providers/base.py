@@ -89,3 +89,6 @@ class Provider(Protocol):
     capabilities: Capabilities
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+    async def aclose(self) -> None:
+        """Release pooled connections; called once when the gateway stops."""

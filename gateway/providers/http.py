@@ -25,7 +25,7 @@ import msgspec
 import structlog
 
 from gateway.errors import ConfigError, ProviderError
-from gateway.providers.base import ModelToolCall
+from gateway.providers.base import Capabilities, ModelToolCall
 
 __all__ = [
     "HttpModel",
@@ -114,9 +114,20 @@ class HttpProvider:
 
     name = "http"
 
-    def __init__(self, settings: HttpModel) -> None:
+    def __init__(self, settings: HttpModel, *, tools: bool = True) -> None:
         self.settings = settings
+        self.capabilities = Capabilities(tools=tools, parallel_tool_calls=tools)
+        self.transport: httpx.AsyncBaseTransport | None = None
+        """Replaces the network (benchmarks and tests may set one)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+    async def aclose(self) -> None:
+        """Close the pooled connections (at shutdown)."""
+        clients, self._clients = self._clients, {}
+        loop = asyncio.get_running_loop()
+        for client_loop, client in clients.items():
+            if client_loop is loop:
+                await client.aclose()
 
     def _client(self) -> httpx.AsyncClient:
         # One pooled client per event loop (tests run several loops in one process).
@@ -129,7 +140,7 @@ class HttpProvider:
                 write=self.settings.connect_timeout,
                 pool=self.settings.connect_timeout,
             )
-            client = httpx.AsyncClient(timeout=timeout)
+            client = httpx.AsyncClient(timeout=timeout, transport=self.transport)
             self._clients = {loop: client}
         return client
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from gateway.errors import ProviderError
 from gateway.providers.base import (
-    Capabilities,
     ModelEvent,
     ModelFinish,
     ModelRequest,
@@ -21,7 +20,6 @@ from gateway.providers.base import (
     ModelUsage,
 )
 from gateway.providers.http import (
-    HttpModel,
     HttpProvider,
     outcome_json,
     safe_call_id,
@@ -68,10 +66,6 @@ class OpenAIProvider(HttpProvider):
     """A ``Provider`` for any OpenAI-compatible Chat Completions server."""
 
     name = "openai"
-
-    def __init__(self, settings: HttpModel, *, tools: bool = True) -> None:
-        super().__init__(settings)
-        self.capabilities = Capabilities(tools=tools, parallel_tool_calls=tools)
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -192,6 +192,9 @@ class ScriptedProvider:
         self._results = _by_tool(scenario.results)
         self._completions = _by_tool(scenario.completions)
 
+    async def aclose(self) -> None:
+        """Nothing to release: no network."""
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Play the answer to the request's last item."""
         offered = {tool.name for tool in request.tools}

@@ -1,0 +1,158 @@
+"""Anthropic Messages API (Claude).
+
+Streams ``/v1/messages`` with ``stream: true``; the typed SSE events run
+``message_start``, then per content block ``content_block_start``,
+``content_block_delta`` (``text_delta`` or ``input_json_delta``) and
+``content_block_stop``, then ``message_delta`` (the stop reason and output
+tokens) and ``message_stop``. Tool arguments arrive as JSON text in pieces,
+assembled by block ``index``.
+
+Anthropic wants user and assistant messages to alternate, starting with a user
+message: consecutive items of one role are merged into one message of several
+content blocks (the tool results of a step come first in theirs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import ProviderError
+from gateway.providers.base import (
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelText,
+    ModelUsage,
+)
+from gateway.providers.http import (
+    HttpProvider,
+    outcome_json,
+    safe_call_id,
+    tool_call,
+)
+from gateway.providers.openai import _json
+from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
+
+__all__ = ["ANTHROPIC_VERSION", "AnthropicProvider", "anthropic_messages"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+_DEFAULT_MAX_TOKENS = 1024  # Anthropic requires max_tokens
+_OPENING = "(the conversation so far)"
+"""The user message put first when the conversation would start with the assistant."""
+_STOP_REASONS = {"tool_use": "tool_calls", "end_turn": "stop"}
+
+
+def anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The conversation as Messages API messages (alternating, starting with a user one)."""
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, block: dict[str, Any]) -> None:
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": role, "content": [block]})
+
+    for item in request.items:
+        match item:
+            case UserTurn(text=text) | ContextNote(text=text):
+                if text:  # Anthropic refuses empty text blocks
+                    add("user", {"type": "text", "text": text})
+            case AssistantTurn(text=text, calls=calls):
+                if text:
+                    add("assistant", {"type": "text", "text": text})
+                for call in calls:
+                    call_id = safe_call_id(call.call_id)
+                    use = {"type": "tool_use", "id": call_id, "name": call.name, "input": call.args}
+                    add("assistant", use)
+            case ToolOutcome(call_id=call_id, output=output, error=error):
+                result: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": safe_call_id(call_id),
+                    "content": outcome_json(output, error),
+                }
+                if error is not None:
+                    result["is_error"] = True
+                add("user", result)
+    for message in messages:
+        if message["role"] == "user":  # tool results must lead their message
+            message["content"].sort(key=lambda block: block["type"] != "tool_result")
+    if messages and messages[0]["role"] == "assistant":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": _OPENING}]})
+    return messages
+
+
+class AnthropicProvider(HttpProvider):
+    """A ``Provider`` for Anthropic's Messages API."""
+
+    name = "anthropic"
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "max_tokens": self.settings.max_tokens or _DEFAULT_MAX_TOKENS,
+            "messages": anthropic_messages(request),
+            "stream": True,
+        }
+        if request.instructions:
+            body["system"] = request.instructions
+        if request.tools:
+            body["tools"] = [
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                }
+                for tool in request.tools
+            ]
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
+        if self.settings.api_key:
+            headers["x-api-key"] = self.settings.api_key
+        url = self.settings.base_url.rstrip("/") + "/v1/messages"
+        calls: dict[int, dict[str, str]] = {}
+        stop: str | None = None
+        input_tokens = output_tokens = 0
+        async for event in self._stream(url, self.body(request), headers):
+            data = _json(event.data)
+            kind = event.event if event.event != "message" else data.get("type")
+            if kind == "message_start":
+                usage = (data.get("message") or {}).get("usage") or {}
+                input_tokens = usage.get("input_tokens") or input_tokens
+                output_tokens = usage.get("output_tokens") or output_tokens
+            elif kind == "content_block_start":
+                block = data.get("content_block") or {}
+                if block.get("type") == "tool_use":
+                    calls[data.get("index", 0)] = {"name": block.get("name") or "", "arguments": ""}
+                elif block.get("type") == "text" and block.get("text"):
+                    yield ModelText(block["text"])
+            elif kind == "content_block_delta":
+                delta = data.get("delta") or {}
+                if delta.get("type") == "text_delta" and delta.get("text"):
+                    yield ModelText(delta["text"])
+                elif delta.get("type") == "input_json_delta":
+                    call = calls.setdefault(data.get("index", 0), {"name": "", "arguments": ""})
+                    call["arguments"] += delta.get("partial_json") or ""
+            elif kind == "message_delta":
+                stop = (data.get("delta") or {}).get("stop_reason") or stop
+                usage = data.get("usage") or {}
+                input_tokens = usage.get("input_tokens") or input_tokens
+                output_tokens = usage.get("output_tokens") or output_tokens
+            elif kind == "message_stop":
+                break
+            elif kind == "error":
+                error = data.get("error") or {}
+                message = error.get("message") if isinstance(error, dict) else error
+                raise ProviderError(f"the model failed mid-stream: {message or 'unknown error'}")
+        if stop is None:
+            raise ProviderError("the model stream ended without a stop reason (truncated)")
+        for index in sorted(calls):
+            yield tool_call(calls[index]["name"], calls[index]["arguments"])
+        yield ModelFinish(
+            reason=_STOP_REASONS.get(stop, stop),
+            usage=ModelUsage(input_tokens=input_tokens, output_tokens=output_tokens),
+        )
