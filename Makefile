@@ -6,7 +6,9 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test check fmt schema clean
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: run test check fmt schema clean node-present
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +19,18 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/gateway serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP) check
+# The web demo's tests drive Debian's Chromium (never a downloaded browser); the browser
+# SDK's tests run on Node. Both come from the system's packages when missing.
+$(CHROMIUM):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+node-present:
+	command -v node >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs)
+
+test: $(STAMP) $(CHROMIUM) node-present check
+	node --test client_sdk/js
 	$(BIN)/python -m pytest
 
 check: $(STAMP)

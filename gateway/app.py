@@ -12,8 +12,9 @@ from pathlib import Path
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 
 from gateway import __version__
 from gateway.agent import DEMO_AGENT, Agent, load_agent
@@ -25,10 +26,16 @@ from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
 from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
+from gateway.workbench import describe_tools, run_tool_alone
 
 __all__ = ["Runtime", "agent_from_config", "create_app", "new_id"]
 
 log = structlog.get_logger("gateway.app")
+
+# The web demo and the browser SDK, served from the source tree.
+_ROOT = Path(__file__).resolve().parent.parent
+WEB_DEMO = _ROOT / "web_demo"
+SDK_JS = _ROOT / "client_sdk" / "js"
 
 
 def new_id(prefix: str) -> str:
@@ -189,11 +196,30 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
             }
         )
 
-    app = Starlette(
-        routes=[
-            Route("/healthz", health),
-            WebSocketRoute("/v1/realtime", realtime_endpoint),
-        ]
-    )
+    async def list_tools(request: Request) -> JSONResponse:
+        return JSONResponse(describe_tools(runtime.agent))
+
+    async def test_tool(request: Request) -> JSONResponse:
+        status, answer = await run_tool_alone(
+            runtime.agent,
+            request.path_params["name"],
+            await request.body(),
+            config.server_tool_timeout,
+        )
+        return JSONResponse(answer, status_code=status)
+
+    async def index(request: Request) -> FileResponse:
+        return FileResponse(WEB_DEMO / "index.html")
+
+    routes: list[BaseRoute] = [
+        Route("/healthz", health),
+        Route("/v1/tools", list_tools),
+        Route("/v1/tools/{name}/test", test_tool, methods=["POST"]),
+        WebSocketRoute("/v1/realtime", realtime_endpoint),
+        Mount("/sdk", app=StaticFiles(directory=SDK_JS), name="sdk"),
+    ]
+    if WEB_DEMO.is_dir():
+        routes += [Route("/", index), Mount("/demo", app=StaticFiles(directory=WEB_DEMO))]
+    app = Starlette(routes=routes)
     app.state.runtime = runtime
     return app
