@@ -1,0 +1,1217 @@
+/**
+ * @file The browser client SDK of the conversation gateway: one conversation over one
+ * resilient WebSocket (protocol `gateway.v1`, see docs/protocol.md). It mirrors the Python
+ * SDK (`client_sdk/client.py`): client functions, streamed replies, and a socket that
+ * survives drops. A dependency-free ES module: it runs unchanged in browsers, and in Node
+ * with an injected WebSocket class (`options.WebSocketImpl`).
+ *
+ * ```js
+ * import { GatewayClient, SessionClosed } from "./gateway-client.js";
+ *
+ * const conv = new GatewayClient("ws://127.0.0.1:8000/v1/realtime");
+ * conv.clientFunction("get_battery_level", async () => ({ level: 0.82, charging: false }), {
+ *   description: "Read the device's battery level (0 to 1) and whether it is charging.",
+ *   timeout: 15,
+ * });
+ * conv.on("connection", ({ state, reconnects }) => console.log(state, reconnects));
+ * conv.on("tool.status", (event) => console.log(event.tool, event.status));
+ *
+ * await conv.connect();
+ * for await (const delta of conv.say("what's my battery level?")) {
+ *   output.textContent += delta;
+ * }
+ * await conv.close(); // code 1000: the gateway ends the session at once
+ * ```
+ *
+ * - **Events.** `conv.on(type, listener)` receives every server event of that type (or of
+ *   every known type with `"*"`), in order and once each: events are checked by `seq`, so a
+ *   replay after a reconnect never hands a duplicate to the app. The connection-level events
+ *   `session.resumed`, `session.snapshot` and the `resume_gap` error (they have no `seq`)
+ *   are delivered too. `conv.on("connection", ...)` reports the socket's state.
+ * - **Client functions.** `conv.clientFunction(name, handler, options)` declares a function
+ *   in `session.start` (or `session.update` when registered later). When the model calls
+ *   it, `handler(args, { signal, call })` runs, concurrently with the other calls of the
+ *   batch, and its value (or a Promise of it) is sent back as the result. A thrown error
+ *   becomes an error result (`"TypeError: ..."`); a handler still running at the call's
+ *   deadline gets an error result too, and `signal` is aborted. Each call id runs once.
+ * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4004, 4008
+ *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
+ *   `maxReconnectDelay`). Results the gateway has not confirmed and user messages it has not
+ *   answered are sent again (the gateway applies each once), and calls that opened while
+ *   the client was away are run. When the gateway no longer has every missed event, pending
+ *   `say()` iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
+ * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
+ *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
+ *   `ResumeGap` (events were lost across a reconnect).
+ *
+ * @module gateway-client
+ */
+
+// ------------------------------------------------------------------------- typed events
+
+/**
+ * @typedef {object} ToolInfo
+ * @property {string} name
+ * @property {"client" | "server"} kind
+ * @property {"sync" | "async"} execution
+ * @property {"when_idle" | "interrupt" | "silent" | null} delivery
+ * @property {string} display_name
+ * @property {string} description
+ */
+
+/**
+ * @typedef {object} Limits
+ * @property {number} max_message_chars
+ * @property {number} max_queued_messages
+ * @property {number} max_steps
+ * @property {number} ws_max_size Bytes.
+ * @property {number} client_call_timeout Seconds.
+ */
+
+/**
+ * One client-function call of a `tool.calls` batch (or of `open_calls`).
+ * @typedef {object} ClientCall
+ * @property {string} call_id
+ * @property {string} tool
+ * @property {string} display_name
+ * @property {Record<string, any>} args
+ * @property {number} deadline Unix time, seconds.
+ * @property {number} timeout Seconds left when the call was sent.
+ */
+
+/**
+ * @typedef {object} TranscriptEntry
+ * @property {"user" | "assistant"} role
+ * @property {string} text
+ */
+
+/**
+ * @typedef {object} Usage
+ * @property {number} input_tokens
+ * @property {number} output_tokens
+ */
+
+/**
+ * @typedef {object} SessionCreated
+ * @property {"session.created"} type
+ * @property {number} seq
+ * @property {string} session_id
+ * @property {string} resume_token
+ * @property {string} agent
+ * @property {number} protocol_version
+ * @property {ToolInfo[]} tools
+ * @property {Limits | null} limits
+ */
+
+/**
+ * @typedef {object} SessionUpdated
+ * @property {"session.updated"} type
+ * @property {number} seq
+ * @property {ToolInfo[]} tools
+ * @property {string | null} in_reply_to
+ */
+
+/**
+ * Connection-level (no `seq`): a resume succeeded; the replay follows.
+ * @typedef {object} SessionResumed
+ * @property {"session.resumed"} type
+ * @property {0} seq
+ * @property {string} session_id
+ * @property {number} replayed_from
+ * @property {number} last_seq
+ * @property {ClientCall[]} open_calls
+ */
+
+/**
+ * Connection-level (no `seq`): sent after the `resume_gap` error instead of a replay.
+ * @typedef {object} SessionSnapshot
+ * @property {"session.snapshot"} type
+ * @property {0} seq
+ * @property {string} session_id
+ * @property {number} last_seq
+ * @property {TranscriptEntry[]} transcript
+ * @property {ClientCall[]} open_calls
+ */
+
+/**
+ * @typedef {object} ResponseCreated
+ * @property {"response.created"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {string | null} in_reply_to The `user.message` id it answers.
+ * @property {string | null} call_id Set when an async tool's result started it.
+ */
+
+/**
+ * @typedef {object} TextDelta
+ * @property {"text.delta"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {string} delta
+ */
+
+/**
+ * @typedef {object} TextDone
+ * @property {"text.done"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {string} text
+ */
+
+/**
+ * @typedef {object} ToolCalls
+ * @property {"tool.calls"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {ClientCall[]} calls
+ */
+
+/**
+ * @typedef {object} ToolStatus
+ * @property {"tool.status"} type
+ * @property {number} seq
+ * @property {string} call_id
+ * @property {string} tool
+ * @property {"requested" | "running" | "pending" | "progress" | "completed" | "failed" | "cancelled" | "expired"} status
+ * @property {string | null} response_id
+ * @property {any} [result] Server tools' output, with `completed`.
+ * @property {any} [progress] With `progress`.
+ * @property {string | null} error
+ * @property {boolean} duplicate
+ */
+
+/**
+ * @typedef {object} ResponseDone
+ * @property {"response.done"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {"completed" | "cancelled" | "failed" | "incomplete"} status
+ * @property {boolean} turn_completed
+ * @property {Usage | null} usage
+ */
+
+/**
+ * An `error` event. `resume_gap` is connection-level and has `seq` 0.
+ * @typedef {object} ErrorEvent
+ * @property {"error"} type
+ * @property {number} seq
+ * @property {string} code
+ * @property {string} message
+ * @property {string | null} in_reply_to
+ * @property {string | null} call_id
+ * @property {string | null} response_id
+ * @property {boolean} retryable
+ * @property {boolean} fatal
+ */
+
+/**
+ * @typedef {object} Pong
+ * @property {"pong"} type
+ * @property {number} seq
+ * @property {number | null} ts
+ */
+
+/**
+ * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
+ * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | ResponseCreated
+ *   | TextDelta | TextDone | ToolCalls | ToolStatus | ResponseDone | ErrorEvent | Pong} ServerEvent
+ */
+
+/**
+ * @typedef {"idle" | "connecting" | "open" | "reconnecting" | "closed"} ConnectionState
+ * `idle` only before `connect()`; the "connection" listeners see the other four.
+ */
+
+/**
+ * What "connection" listeners receive.
+ * @typedef {object} ConnectionEvent
+ * @property {Exclude<ConnectionState, "idle">} state
+ * @property {number} reconnects Successful resumes so far.
+ * @property {ClientError} [error] With `closed`: why (a `SessionClosed`).
+ */
+
+/**
+ * A function the client runs for the model, as declared to the gateway.
+ * @typedef {object} ToolSpec
+ * @property {string} name
+ * @property {string} description
+ * @property {object} input_schema
+ * @property {object} [output_schema]
+ * @property {string} [display_name]
+ * @property {number} [timeout]
+ */
+
+/**
+ * @typedef {object} ClientFunctionOptions
+ * @property {string} [description] What the function does (the model reads it); default: the name in words.
+ * @property {object} [inputSchema] JSON Schema of the arguments; default `{"type":"object","properties":{}}`.
+ * @property {object} [outputSchema] JSON Schema the gateway checks each output against.
+ * @property {number} [timeout] Seconds the gateway waits for a result (its default when absent).
+ * @property {string} [displayName] A human-readable label.
+ */
+
+/**
+ * @callback ClientFunctionHandler
+ * @param {Record<string, any>} args The call's arguments (already checked against `inputSchema`).
+ * @param {{signal: AbortSignal, call: ClientCall}} context `signal` aborts at the deadline or on close.
+ * @returns {any} A JSON value, or a Promise of one.
+ */
+
+/**
+ * @typedef {object} GatewayClientOptions
+ * @property {typeof WebSocket} [WebSocketImpl] The WebSocket class (default `globalThis.WebSocket`).
+ * @property {string} [token] A client token, sent as `?token=`.
+ * @property {string} [agent] The agent to talk to (the gateway's default when absent).
+ * @property {string} [instructions] Extra instructions for this session.
+ * @property {Record<string, any>} [metadata] Anything the app wants kept with the session.
+ * @property {boolean} [reconnect] Resume after a dropped socket (default true).
+ * @property {number} [maxReconnectDelay] The longest wait between reconnect attempts, ms (default 10000).
+ * @property {number} [ackEvery] Acknowledge received events after this many (default 64).
+ */
+
+// ------------------------------------------------------------------------- constants
+
+/** The WebSocket subprotocol the client offers. */
+export const SUBPROTOCOL = "gateway.v1";
+
+/** Closes after which resuming makes no sense: the session is gone or not ours. */
+const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4004, 4008, 4009]);
+const FIRST_RECONNECT_DELAY_MS = 50;
+const RESUME_ANSWER_TIMEOUT_MS = 10_000;
+const CLOSE_WAIT_MS = 1_000;
+const MAX_RESULTS_PER_MESSAGE = 128;
+const OVERRAN = "the client function overran its deadline";
+const FUNCTION_NAME = /^[a-z][a-z0-9_]*$/;
+const WS_OPEN = 1;
+
+/** Defaults of the fields servers omit, by event type. */
+const DEFAULTS = {
+  "session.created": () => ({ tools: [], limits: null }),
+  "session.updated": () => ({ tools: [], in_reply_to: null }),
+  "session.resumed": () => ({ open_calls: [] }),
+  "session.snapshot": () => ({ transcript: [], open_calls: [] }),
+  "response.created": () => ({ in_reply_to: null, call_id: null }),
+  "text.delta": () => ({}),
+  "text.done": () => ({}),
+  "tool.calls": () => ({ calls: [] }),
+  "tool.status": () => ({ response_id: null, error: null, duplicate: false }),
+  "response.done": () => ({ turn_completed: false, usage: null }),
+  error: () => ({
+    in_reply_to: null,
+    call_id: null,
+    response_id: null,
+    retryable: false,
+    fatal: false,
+  }),
+  pong: () => ({ ts: null }),
+};
+
+// ------------------------------------------------------------------------- errors
+
+/** Base of everything the SDK throws. */
+export class ClientError extends Error {
+  /** @param {string} message @param {ErrorOptions} [options] */
+  constructor(message, options) {
+    super(message, options);
+    this.name = "ClientError";
+  }
+}
+
+/** The gateway answered with an `error` event (`code` says which). */
+export class ServerError extends ClientError {
+  /** @param {ErrorEvent} event */
+  constructor(event) {
+    super(`${event.code}: ${event.message}`);
+    this.name = "ServerError";
+    /** @type {ErrorEvent} */
+    this.event = event;
+    /** @type {string} */
+    this.code = event.code;
+    /** @type {boolean} */
+    this.retryable = Boolean(event.retryable);
+  }
+}
+
+/** The session cannot go on (closed normally, expired, refused, taken over...). */
+export class SessionClosed extends ClientError {
+  /** @param {number} closedWith @param {string} [reason] */
+  constructor(closedWith, reason = "") {
+    super(`session closed (${closedWith}${reason ? `: ${reason}` : ""})`);
+    this.name = "SessionClosed";
+    /** The WebSocket close code that ended it (docs/protocol.md lists them). */
+    this.closedWith = closedWith;
+    /** @type {string} */
+    this.reason = reason;
+  }
+}
+
+/**
+ * After a reconnect the gateway no longer had every missed event; rebuild from `snapshot`
+ * (the transcript so far and the open calls).
+ */
+export class ResumeGap extends ClientError {
+  /** @param {SessionSnapshot} snapshot */
+  constructor(snapshot) {
+    super("events were lost across a reconnect; rebuild from the snapshot");
+    this.name = "ResumeGap";
+    /** @type {SessionSnapshot} */
+    this.snapshot = snapshot;
+  }
+}
+
+// ------------------------------------------------------------------------- the client
+
+/**
+ * A conversation with the gateway at `url`, connected (mirrors Python's `async with connect(...)`).
+ * @param {string} url
+ * @param {GatewayClientOptions} [options]
+ * @returns {Promise<GatewayClient>}
+ */
+export async function connect(url, options = {}) {
+  const conv = new GatewayClient(url, options);
+  await conv.connect();
+  return conv;
+}
+
+/** One session with the gateway, across as many sockets as it takes. */
+export class GatewayClient {
+  /**
+   * @param {string} url The gateway's `ws://` or `wss://` URL of `/v1/realtime`.
+   * @param {GatewayClientOptions} [options]
+   */
+  constructor(url, options = {}) {
+    const {
+      WebSocketImpl = globalThis.WebSocket,
+      token,
+      agent,
+      instructions,
+      metadata,
+      reconnect = true,
+      maxReconnectDelay = 10_000,
+      ackEvery = 64,
+    } = options;
+    if (typeof WebSocketImpl !== "function") {
+      throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
+    }
+    this._WebSocket = WebSocketImpl;
+    this._url = withToken(url, token);
+    this._startFields = compact({ agent, instructions, metadata });
+    this._reconnect = Boolean(reconnect);
+    this._maxDelay = Math.max(0, Number(maxReconnectDelay));
+    this._ackEvery = Math.max(1, Math.floor(Number(ackEvery)) || 1);
+
+    /** @type {Map<string, {spec: ToolSpec, handler: ClientFunctionHandler}>} */
+    this._functions = new Map();
+    /** @type {Map<string, Set<(event: any) => void>>} */
+    this._listeners = new Map();
+    /** @type {Set<Inbox>} the queues of say() and events() */
+    this._subscribers = new Set();
+
+    /** @type {ConnectionState} */
+    this._state = "idle";
+    /** @type {any} the socket attached to the session */
+    this._ws = null;
+    /** @type {any} a socket opening (the first one, or one resuming) */
+    this._pending = null;
+    /** @type {WeakMap<object, Promise<void>>} resolved when that socket's close event fired */
+    this._socketClosed = new WeakMap();
+    /** @type {Deferred<void> | null} */
+    this._connected = null;
+    /** @type {Promise<SessionCreated> | null} */
+    this._starting = null;
+    /** @type {Deferred<SessionCreated> | null} set once session.start is sent */
+    this._created = null;
+    this._closing = false;
+    /** @type {ClientError | null} why the conversation can go no further */
+    this._end = null;
+    /** @type {(() => void) | null} cuts the reconnect backoff short */
+    this._wake = null;
+
+    /** @type {Set<string>} every call id ever run (exactly once per call id) */
+    this._ran = new Set();
+    /** @type {Map<string, AbortController>} handlers still running */
+    this._running = new Map();
+    /** @type {Map<string, object>} results sent but not confirmed by a tool.status */
+    this._unconfirmed = new Map();
+    /** @type {Map<string, object>} user messages no response has started for yet */
+    this._unanswered = new Map();
+    /** @type {object | null} the last session.update until session.updated answers it */
+    this._update = null;
+
+    this._sinceAck = 0;
+    /** @type {SessionCreated | null} */
+    this._session = null;
+    this._lastSeq = 0;
+    this._reconnects = 0;
+  }
+
+  /** The `session.created` event, or `null` before the session starts. @type {SessionCreated | null} */
+  get session() {
+    return this._session;
+  }
+
+  /** The cursor: the highest `seq` received. @type {number} */
+  get lastSeq() {
+    return this._lastSeq;
+  }
+
+  /** How many resumes succeeded so far. @type {number} */
+  get reconnects() {
+    return this._reconnects;
+  }
+
+  /** The connection's state. @type {ConnectionState} */
+  get state() {
+    return this._state;
+  }
+
+  // ----------------------------------------------------------------------- lifecycle
+
+  /**
+   * Open the socket (subprotocol `gateway.v1`). Calling it again returns the same promise.
+   * @returns {Promise<void>}
+   * @throws {SessionClosed} the gateway could not be reached, or `close()` came first.
+   */
+  connect() {
+    if (this._end) return Promise.reject(this._end);
+    if (!this._connected) {
+      const connected = (this._connected = deferred());
+      this._setState("connecting");
+      this._pending = this._dial({
+        open: (ws) => {
+          this._pending = null;
+          if (this._end) return;
+          this._ws = ws;
+          this._setState("open");
+          connected.resolve();
+        },
+        frame: (ws, data) => {
+          if (ws === this._ws) this._onFrame(data);
+        },
+        close: (ws, code, reason, opened) => {
+          if (!opened) {
+            if (this._pending === ws) this._pending = null;
+            this._finish(new SessionClosed(code, reason || "could not connect to the gateway"));
+            return;
+          }
+          this._onDrop(ws, code, reason);
+        },
+      });
+    }
+    return this._connected.promise;
+  }
+
+  /**
+   * Open the session (`say()` and `post()` do it when needed; it connects first if needed).
+   * Every client function registered by then is declared in `session.start`.
+   * @returns {Promise<SessionCreated>}
+   * @throws {ServerError} the gateway refused `session.start`.
+   * @throws {SessionClosed} the session ended first.
+   */
+  start() {
+    if (!this._starting) {
+      if (this._end) return Promise.reject(this._end);
+      this._starting = (async () => {
+        if (this._state === "idle" || this._state === "connecting") await this.connect();
+        this._created = deferred();
+        this._send({ type: "session.start", ...this._startFields, client_functions: this._specs() });
+        return this._created.promise;
+      })();
+      this._starting.catch(() => {});
+    }
+    return this._starting;
+  }
+
+  /**
+   * End the session: the socket is closed with code 1000, which tells the gateway the
+   * client is done. Pending `say()` iterators and `events()` throw `SessionClosed` (1000).
+   * @returns {Promise<void>} settled once the socket reports its close (at most ~1 s).
+   */
+  async close() {
+    const sockets = [this._ws, this._pending].filter(Boolean);
+    if (!this._closing) {
+      this._closing = true;
+      this._finish(new SessionClosed(1000, "closed by the client"));
+      for (const ws of sockets) safeClose(ws, 1000, "");
+    }
+    await Promise.all(sockets.map((ws) => waitAtMost(this._socketClosed.get(ws), CLOSE_WAIT_MS)));
+  }
+
+  // ----------------------------------------------------------------------- functions
+
+  /**
+   * Let the model call `handler` on this device. Registering after the session started
+   * declares the functions again with `session.update`.
+   * @param {string} name The name the model calls (`^[a-z][a-z0-9_]*$`, at most 64 characters).
+   * @param {ClientFunctionHandler} handler
+   * @param {ClientFunctionOptions} [options]
+   */
+  clientFunction(name, handler, options = {}) {
+    if (typeof name !== "string" || name.length > 64 || !FUNCTION_NAME.test(name)) {
+      throw new ClientError(`client function name ${JSON.stringify(name)} must match ^[a-z][a-z0-9_]*$ (64 characters at most)`);
+    }
+    if (typeof handler !== "function") {
+      throw new TypeError(`client function ${name}: the handler must be a function`);
+    }
+    const { description, inputSchema, outputSchema, timeout, displayName } = options;
+    /** @type {ToolSpec} */
+    const spec = {
+      name,
+      description: (description || name.replace(/_/g, " ")).trim(),
+      input_schema: inputSchema ?? { type: "object", properties: {} },
+      ...compact({ output_schema: outputSchema, display_name: displayName, timeout }),
+    };
+    this._functions.set(name, { spec, handler });
+    if (this._created) {
+      // session.start went out already: declare them all again (resent after a resume
+      // until session.updated answers it).
+      this._update = { type: "session.update", id: randomId("upd_"), client_functions: this._specs() };
+      this._sendQuiet(this._update);
+    }
+  }
+
+  // ----------------------------------------------------------------------- conversation
+
+  /**
+   * Send a user message and yield the text of the response to it, as it streams; ends at
+   * that response's `response.done`.
+   * @param {string} text
+   * @returns {AsyncGenerator<string, void, void>}
+   * @throws {ServerError} the gateway refused the message or the response failed.
+   * @throws {ResumeGap} events were lost across a reconnect.
+   * @throws {SessionClosed} the session ended.
+   */
+  async *say(text) {
+    await this.start();
+    const inbox = this._subscribe();
+    try {
+      const msgId = await this.post(text);
+      let responseId = null;
+      for (;;) {
+        const item = await inbox.next();
+        if (item instanceof End) throw item.error;
+        const event = /** @type {ServerEvent} */ (item);
+        switch (event.type) {
+          case "response.created":
+            if (event.in_reply_to === msgId) responseId = event.response_id;
+            break;
+          case "text.delta":
+            if (responseId !== null && event.response_id === responseId) yield event.delta;
+            break;
+          case "error":
+            if (event.in_reply_to === msgId || (responseId !== null && event.response_id === responseId)) {
+              throw new ServerError(event);
+            }
+            break;
+          case "session.snapshot":
+            throw new ResumeGap(event);
+          case "response.done":
+            if (responseId !== null && event.response_id === responseId) return;
+            break;
+        }
+      }
+    } finally {
+      this._subscribers.delete(inbox);
+    }
+  }
+
+  /**
+   * Send a user message without waiting for the reply; return its id. The reply arrives as
+   * events: `response.created` names the message in `in_reply_to`. A message not yet
+   * answered when the socket drops is sent again after the resume; the gateway counts it once.
+   * @param {string} text
+   * @returns {Promise<string>}
+   */
+  async post(text) {
+    await this.start();
+    const id = randomId("msg_");
+    const msg = { type: "user.message", id, text };
+    this._unanswered.set(id, msg);
+    this._send(msg);
+    return id;
+  }
+
+  /**
+   * Every event of the session from now on, in order, once each (what `on("*")` gets).
+   * @returns {AsyncGenerator<ServerEvent, void, void>}
+   * @throws {SessionClosed} when the session ends.
+   */
+  async *events() {
+    const inbox = this._subscribe();
+    try {
+      for (;;) {
+        const item = await inbox.next();
+        if (item instanceof End) throw item.error;
+        yield /** @type {ServerEvent} */ (item);
+      }
+    } finally {
+      this._subscribers.delete(inbox);
+    }
+  }
+
+  /**
+   * Stop the running response (barge-in). Sent only while connected: a cancel is not resent.
+   * @param {string} [responseId] Cancel only if this is the running response.
+   * @returns {Promise<void>}
+   */
+  async cancel(responseId) {
+    this._send(compact({ type: "response.cancel", response_id: responseId }));
+  }
+
+  /**
+   * Listen to server events of one `type` (`"*"`: every known type), or to `"connection"`
+   * (state changes). Listener errors are reported, never thrown into the SDK.
+   * @overload
+   * @param {"connection"} type
+   * @param {(event: ConnectionEvent) => void} listener
+   * @returns {() => void}
+   */
+  /**
+   * @overload
+   * @param {string} type
+   * @param {(event: ServerEvent) => void} listener
+   * @returns {() => void}
+   */
+  /**
+   * @param {string} type
+   * @param {(event: any) => void} listener
+   * @returns {() => void} Call it to stop listening.
+   */
+  on(type, listener) {
+    if (typeof listener !== "function") throw new TypeError("the listener must be a function");
+    let listeners = this._listeners.get(type);
+    if (!listeners) this._listeners.set(type, (listeners = new Set()));
+    const entry = (/** @type {any} */ event) => listener(event);
+    listeners.add(entry);
+    return () => {
+      listeners.delete(entry);
+    };
+  }
+
+  // ----------------------------------------------------------------------- internals
+
+  /** @returns {ToolSpec[]} */
+  _specs() {
+    return [...this._functions.values()].map((f) => f.spec);
+  }
+
+  _subscribe() {
+    if (this._end) throw this._end;
+    const inbox = new Inbox();
+    this._subscribers.add(inbox);
+    return inbox;
+  }
+
+  /** Send if connected; a message lost to a drop is recovered on resume (results, user messages). */
+  _send(msg) {
+    if (this._end) throw this._end;
+    this._sendQuiet(msg);
+  }
+
+  _sendQuiet(msg) {
+    const ws = this._ws;
+    if (!ws || this._end || this._state !== "open") return false;
+    if (typeof ws.readyState === "number" && ws.readyState !== WS_OPEN) return false;
+    try {
+      ws.send(JSON.stringify(msg));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** @param {ConnectionState} state @param {object} [extra] */
+  _setState(state, extra) {
+    if (this._state === state) return;
+    this._state = state;
+    this._emit("connection", { state, reconnects: this._reconnects, ...extra });
+  }
+
+  _emit(type, payload) {
+    const listeners = this._listeners.get(type);
+    if (!listeners) return;
+    for (const listener of [...listeners]) {
+      try {
+        const returned = listener(payload);
+        if (returned && typeof returned.then === "function") returned.then(undefined, reportError);
+      } catch (err) {
+        reportError(err);
+      }
+    }
+  }
+
+  /** Hand an event to its listeners, the "*" listeners and the say()/events() queues. */
+  _deliver(event) {
+    this._emit(event.type, event);
+    this._emit("*", event);
+    for (const inbox of this._subscribers) inbox.push(event);
+  }
+
+  /**
+   * Open a socket and route its events. `close` gets `opened` = whether it ever opened.
+   * @returns {any} the socket, or null when the constructor threw (then `close` follows).
+   */
+  _dial(on) {
+    let ws;
+    let opened = false;
+    let closed = false;
+    try {
+      ws = new this._WebSocket(this._url, [SUBPROTOCOL]);
+    } catch (err) {
+      queueMicrotask(() => on.close(null, 1006, describe(err), false));
+      return null;
+    }
+    /** @type {() => void} */
+    let markClosed = () => {};
+    this._socketClosed.set(ws, new Promise((resolve) => (markClosed = resolve)));
+    ws.onopen = () => {
+      if (opened || closed) return;
+      opened = true;
+      on.open(ws);
+    };
+    ws.onmessage = (/** @type {{data: any}} */ e) => {
+      if (opened && !closed) on.frame(ws, e.data);
+    };
+    ws.onerror = () => {}; // a close event follows
+    ws.onclose = (/** @type {{code?: number, reason?: string}} */ e) => {
+      if (closed) return;
+      closed = true;
+      markClosed();
+      on.close(ws, e?.code ?? 1006, e?.reason ?? "", opened);
+    };
+    return ws;
+  }
+
+  _onFrame(data) {
+    const event = parseEvent(data);
+    if (event) this._onEvent(event);
+  }
+
+  /** @param {any} event a parsed server event */
+  _onEvent(event) {
+    if (event.seq > 0) {
+      if (event.seq <= this._lastSeq) return; // already seen: never hand the app a duplicate
+      this._lastSeq = event.seq;
+      this._sinceAck += 1;
+      if (this._sinceAck >= this._ackEvery) {
+        this._sinceAck = 0;
+        this._sendQuiet({ type: "ack", seq: this._lastSeq });
+      }
+    }
+    if (!Object.hasOwn(DEFAULTS, event.type)) {
+      // An event type newer than this SDK: only listeners that asked for it by name get it.
+      this._emit(event.type, event);
+      return;
+    }
+    switch (event.type) {
+      case "session.created":
+        this._session = event;
+        this._created?.resolve(event);
+        break;
+      case "error":
+        if (this._session === null && this._created) this._created.reject(new ServerError(event));
+        if (event.in_reply_to) {
+          this._unanswered.delete(event.in_reply_to);
+          if (this._update?.id === event.in_reply_to) this._update = null;
+        }
+        break;
+      case "session.updated":
+        if (this._update && event.in_reply_to === this._update.id) this._update = null;
+        break;
+      case "tool.calls":
+        for (const call of event.calls) this._runCall(call);
+        break;
+      case "tool.status":
+        this._unconfirmed.delete(event.call_id);
+        break;
+      case "response.created":
+        if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
+        break;
+    }
+    this._deliver(event);
+  }
+
+  /** Run a call unless its id ran already (calls come in tool.calls, open_calls, replays). */
+  _runCall(call) {
+    if (!call || typeof call.call_id !== "string" || this._end) return;
+    if (this._ran.has(call.call_id)) return;
+    this._ran.add(call.call_id);
+    const abort = new AbortController();
+    this._running.set(call.call_id, abort);
+    this._execute(call, abort).finally(() => this._running.delete(call.call_id));
+  }
+
+  /** @param {ClientCall} call @param {AbortController} abort */
+  async _execute(call, abort) {
+    await null; // listeners see the tool.calls event before any handler runs
+    /** @type {{call_id: string, tool: string, output?: any, error?: string}} */
+    let result;
+    try {
+      const fn = this._functions.get(call.tool);
+      if (!fn) throw namedError("LookupError", `this client has no function '${call.tool}'`);
+      const running = invoke(fn.handler, call.args ?? {}, { signal: abort.signal, call });
+      const output = await withDeadline(running, call.timeout, abort);
+      result = { call_id: call.call_id, tool: call.tool, output: toJson(output) };
+    } catch (err) {
+      if (this._end) return; // closed: nobody to answer
+      result = { call_id: call.call_id, tool: call.tool, error: err === DEADLINE ? OVERRAN : describe(err) };
+    }
+    if (this._end) return;
+    this._unconfirmed.set(call.call_id, result);
+    this._sendQuiet({ type: "tool.results", results: [result] });
+  }
+
+  /** The attached socket closed. */
+  _onDrop(ws, code, reason) {
+    if (ws !== this._ws) return;
+    this._ws = null;
+    if (this._closing || this._end) return;
+    if (FINAL_CLOSE_CODES.has(code) || !this._reconnect || this._session === null) {
+      this._finish(new SessionClosed(code, reason));
+      return;
+    }
+    this._reconnectLoop();
+  }
+
+  /** Resume with backoff and full jitter until it works, close() or a final code. */
+  async _reconnectLoop() {
+    this._setState("reconnecting");
+    let ceiling = Math.min(FIRST_RECONNECT_DELAY_MS, this._maxDelay);
+    while (!this._closing && !this._end) {
+      const outcome = await this._resumeOnce();
+      if (outcome !== "retry" || this._closing || this._end) return;
+      await this._sleep(Math.random() * ceiling); // jitter: no thundering herd
+      ceiling = Math.min(ceiling * 2, this._maxDelay);
+    }
+  }
+
+  /**
+   * One attempt: open a socket, send session.resume, wait for the answer.
+   * @returns {Promise<"resumed" | "retry" | "stop">}
+   */
+  _resumeOnce() {
+    return new Promise((resolve) => {
+      /** @type {"dialing" | "waiting" | "gap" | "live" | "abandoned"} */
+      let phase = "dialing";
+      /** @type {any} */
+      let gap = null;
+      /** @type {any} */
+      let timer = null;
+      const settle = (/** @type {"resumed" | "retry" | "stop"} */ outcome) => {
+        clearTimeout(timer);
+        if (this._pending === ws) this._pending = null;
+        resolve(outcome);
+      };
+      const ws = this._dial({
+        open: (sock) => {
+          if (this._closing || this._end) return; // close() closes it
+          phase = "waiting";
+          const session = /** @type {SessionCreated} */ (this._session);
+          try {
+            sock.send(
+              JSON.stringify({
+                type: "session.resume",
+                session_id: session.session_id,
+                resume_token: session.resume_token,
+                last_seq: this._lastSeq,
+              }),
+            );
+          } catch {
+            // the close event follows
+          }
+          timer = setTimeout(() => {
+            phase = "abandoned";
+            safeClose(sock, 4000, "no answer to session.resume"); // not 1000: that ends the session
+            settle("retry");
+          }, RESUME_ANSWER_TIMEOUT_MS);
+        },
+        frame: (sock, data) => {
+          if (phase === "live") {
+            if (sock === this._ws) this._onFrame(data);
+            return;
+          }
+          if (phase !== "waiting" && phase !== "gap") return;
+          const event = parseEvent(data);
+          if (!event) return;
+          if (phase === "waiting" && event.type === "error" && event.code === "resume_gap") {
+            gap = event; // session.snapshot follows
+            phase = "gap";
+            return;
+          }
+          phase = "live";
+          this._pending = null;
+          this._ws = sock;
+          this._reconnects += 1;
+          this._setState("open");
+          settle("resumed");
+          this._afterResume(event, gap);
+        },
+        close: (sock, code, reason) => {
+          if (phase === "live") {
+            this._onDrop(sock, code, reason);
+            return;
+          }
+          if (phase === "abandoned") return;
+          if (this._closing || this._end) {
+            settle("stop");
+          } else if (FINAL_CLOSE_CODES.has(code)) {
+            this._finish(new SessionClosed(code, reason));
+            settle("stop");
+          } else {
+            settle("retry"); // the gateway is not reachable yet: wait and try again
+          }
+        },
+      });
+      this._pending = ws;
+    });
+  }
+
+  /** The first answer to session.resume (after a resume_gap error, the snapshot) arrived. */
+  _afterResume(first, gap) {
+    /** @type {ClientCall[]} */
+    let openCalls = [];
+    if (gap) this._deliver(gap);
+    if (first.type === "session.snapshot" && gap) {
+      this._lastSeq = first.last_seq;
+      openCalls = first.open_calls;
+      this._deliver(first); // pending say() iterators throw ResumeGap
+    } else if (first.type === "session.resumed") {
+      openCalls = first.open_calls;
+      this._deliver(first);
+    } else {
+      this._onEvent(first);
+    }
+    if (this._end || this._ws === null) return;
+    // What may have been lost on the way out goes again; the gateway applies it once.
+    const results = [...this._unconfirmed.values()];
+    for (let i = 0; i < results.length; i += MAX_RESULTS_PER_MESSAGE) {
+      this._sendQuiet({ type: "tool.results", results: results.slice(i, i + MAX_RESULTS_PER_MESSAGE) });
+    }
+    for (const msg of [...this._unanswered.values()]) this._sendQuiet(msg);
+    if (this._update) this._sendQuiet(this._update);
+    for (const call of openCalls) this._runCall(call);
+  }
+
+  /** The conversation can go no further: tell everyone waiting. */
+  _finish(error) {
+    if (this._end) return;
+    this._end = error;
+    this._wake?.();
+    for (const abort of this._running.values()) abort.abort(error);
+    this._connected?.reject(error);
+    this._created?.reject(error);
+    for (const inbox of this._subscribers) inbox.push(new End(error));
+    this._setState("closed", { error });
+  }
+
+  /** Wait `ms`, or less when the conversation ends. */
+  _sleep(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        if (this._wake === done) this._wake = null;
+        resolve(undefined);
+      };
+      const timer = setTimeout(done, ms);
+      this._wake = done;
+    });
+  }
+}
+
+// ------------------------------------------------------------------------- helpers
+
+/** Put on say()/events() queues when the conversation can go no further. */
+class End {
+  /** @param {ClientError} error */
+  constructor(error) {
+    this.error = error;
+  }
+}
+
+/** An unbounded queue with one reader. */
+class Inbox {
+  constructor() {
+    /** @type {any[]} */
+    this._items = [];
+    /** @type {((item: any) => void) | null} */
+    this._reader = null;
+  }
+
+  push(item) {
+    const reader = this._reader;
+    if (reader) {
+      this._reader = null;
+      reader(item);
+    } else {
+      this._items.push(item);
+    }
+  }
+
+  /** @returns {Promise<any>} */
+  next() {
+    if (this._items.length > 0) return Promise.resolve(this._items.shift());
+    return new Promise((resolve) => (this._reader = resolve));
+  }
+}
+
+/**
+ * @template T
+ * @typedef {{promise: Promise<T>, resolve: (value: T) => void, reject: (error: any) => void}} Deferred
+ */
+
+/** A promise settled from outside (at most once; a rejection nobody awaits is not reported). */
+function deferred() {
+  /** @type {any} */
+  let resolve;
+  /** @type {any} */
+  let reject;
+  const promise = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+const DEADLINE = Symbol("deadline");
+
+/** The handler's promise, or a rejection with DEADLINE at `seconds` (or when aborted). */
+function withDeadline(promise, seconds, abort) {
+  return new Promise((resolve, reject) => {
+    /** @type {any} */
+    let timer = null;
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(abort.signal.reason);
+    };
+    const stop = () => {
+      clearTimeout(timer);
+      abort.signal.removeEventListener("abort", onAbort);
+    };
+    if (typeof seconds === "number" && Number.isFinite(seconds)) {
+      timer = setTimeout(() => {
+        stop();
+        reject(DEADLINE);
+        abort.abort(new ClientError(OVERRAN)); // tell the handler it may stop
+      }, Math.max(0, seconds) * 1000);
+    }
+    abort.signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        stop();
+        resolve(value);
+      },
+      (err) => {
+        stop();
+        reject(err);
+      },
+    );
+  });
+}
+
+/** Call a handler; a synchronous throw becomes a rejection. */
+function invoke(handler, args, context) {
+  try {
+    return Promise.resolve(handler(args, context));
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}
+
+/** A handler's value as JSON data (a copy: the result resent later is the one sent first). */
+function toJson(value) {
+  if (value === undefined) return null;
+  const text = JSON.stringify(value);
+  if (text === undefined) throw new TypeError("the client function returned a value JSON cannot hold");
+  return JSON.parse(text);
+}
+
+/** `"<Error name>: <message>"`, as the model hears about a failure. */
+function describe(err) {
+  if (err instanceof Error || (err && typeof err === "object" && "message" in err)) {
+    return `${err.name || "Error"}: ${err.message}`;
+  }
+  return `Error: ${String(err)}`;
+}
+
+function namedError(name, message) {
+  const err = new Error(message);
+  err.name = name;
+  return err;
+}
+
+/** A server frame as an event with its omitted defaults filled in, or null (skip it). */
+function parseEvent(data) {
+  if (typeof data !== "string") return null; // the protocol's frames are text
+  let raw;
+  try {
+    raw = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (!raw || typeof raw !== "object" || Array.isArray(raw) || typeof raw.type !== "string") return null;
+  const defaults = Object.hasOwn(DEFAULTS, raw.type) ? DEFAULTS[raw.type]() : {};
+  const event = { seq: 0, ...defaults, ...raw };
+  if (typeof event.seq !== "number") event.seq = 0;
+  if (Array.isArray(event.tools)) {
+    event.tools = event.tools.map((tool) => ({
+      execution: "sync",
+      delivery: null,
+      display_name: "",
+      description: "",
+      ...tool,
+    }));
+  }
+  return event;
+}
+
+/** The object without its `undefined` and `null` fields. */
+function compact(object) {
+  return Object.fromEntries(Object.entries(object).filter(([, v]) => v !== undefined && v !== null));
+}
+
+/** `prefix` + 12 URL-safe random characters (like Python's `secrets.token_urlsafe(9)`). */
+function randomId(prefix) {
+  const bytes = new Uint8Array(9);
+  if (globalThis.crypto?.getRandomValues) {
+    globalThis.crypto.getRandomValues(bytes);
+  } else {
+    for (let i = 0; i < bytes.length; i += 1) bytes[i] = Math.floor(Math.random() * 256);
+  }
+  const b64 = btoa(String.fromCharCode(...bytes));
+  return prefix + b64.replace(/\+/g, "-").replace(/\//g, "_");
+}
+
+/** `url` with `?token=` (or `&token=`) added, before any `#fragment`. */
+function withToken(url, token) {
+  if (token === undefined || token === null) return url;
+  const hashAt = url.indexOf("#");
+  const base = hashAt === -1 ? url : url.slice(0, hashAt);
+  const hash = hashAt === -1 ? "" : url.slice(hashAt);
+  const queryAt = base.indexOf("?");
+  const separator = queryAt === -1 ? "?" : queryAt === base.length - 1 ? "" : "&";
+  return `${base}${separator}token=${encodeURIComponent(token)}${hash}`;
+}
+
+function safeClose(ws, code, reason) {
+  try {
+    ws.close(code, reason);
+  } catch {
+    // already closed
+  }
+}
+
+/** Wait for `promise`, `ms` at most. */
+function waitAtMost(promise, ms) {
+  if (!promise) return Promise.resolve();
+  /** @type {any} */
+  let timer;
+  const timeout = new Promise((resolve) => (timer = setTimeout(resolve, ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** A listener threw: report it the way the platform does, never into the SDK. */
+function reportError(err) {
+  if (typeof globalThis.reportError === "function") globalThis.reportError(err);
+  else console.error("gateway-client: a listener threw", err);
+}

@@ -1,0 +1,830 @@
+// Tests of gateway-client.js, driven through a fake WebSocket: an in-memory gateway the
+// test scripts. It records what the client sends, and lets the test push server frames and
+// close sockets with a code. Run: node --test client_sdk/js
+import assert from "node:assert/strict";
+import { test as nodeTest } from "node:test";
+
+import {
+  ClientError,
+  GatewayClient,
+  ResumeGap,
+  ServerError,
+  SessionClosed,
+  connect,
+} from "./gateway-client.js";
+
+const URL = "ws://gw.test/v1/realtime";
+
+/** Every test fails instead of hanging when the client never does what it awaits. */
+const test = (name, fn) => nodeTest(name, { timeout: 3000 }, fn);
+
+// ----------------------------------------------------------------------- the fake gateway
+
+/** The client side of one socket (a browser-like WebSocket) plus the test's server controls. */
+class FakeSocket {
+  constructor(gateway, url, protocols) {
+    this.gateway = gateway;
+    this.url = url;
+    this.protocols = protocols;
+    this.readyState = 0;
+    this.protocol = "";
+    /** Every message the client sent on this socket, parsed. */
+    this.sent = [];
+    /** `{code, reason}` when the client closed it. */
+    this.closedByClient = null;
+    this.onopen = null;
+    this.onmessage = null;
+    this.onclose = null;
+    this.onerror = null;
+    this._read = 0;
+    this._reader = null;
+    gateway.attempts.push(this);
+    queueMicrotask(() => gateway._arrive(this));
+  }
+
+  // -- the WebSocket API the client uses
+
+  send(data) {
+    if (this.readyState !== 1) throw new Error("InvalidStateError: the socket is not open");
+    assert.equal(typeof data, "string", "the client sends text frames");
+    this.sent.push(JSON.parse(data));
+    const reader = this._reader;
+    this._reader = null;
+    reader?.();
+  }
+
+  close(code, reason = "") {
+    if (this.readyState >= 2) return;
+    const wasOpen = this.readyState === 1;
+    this.readyState = 3;
+    this.closedByClient = { code, reason };
+    queueMicrotask(() =>
+      this.onclose?.({ code: wasOpen ? code ?? 1005 : 1006, reason, wasClean: wasOpen }),
+    );
+  }
+
+  // -- the server side, for the test
+
+  /** Send server frames (objects are JSON-encoded, strings go as they are). */
+  push(...frames) {
+    for (const frame of frames) {
+      this.onmessage?.({ data: typeof frame === "string" ? frame : JSON.stringify(frame) });
+    }
+  }
+
+  pushRaw(data) {
+    this.onmessage?.({ data });
+  }
+
+  /** Close from the server side (1006: the connection just dropped). */
+  drop(code = 1006, reason = "") {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    this.onclose?.({ code, reason, wasClean: code !== 1006 });
+  }
+
+  /** The next message the client sent, in order (waits for it); checks its type. */
+  async next(type) {
+    while (this._read >= this.sent.length) {
+      await new Promise((resolve) => (this._reader = resolve));
+    }
+    const msg = this.sent[this._read++];
+    if (type) assert.equal(msg.type, type, `expected ${type}, the client sent ${JSON.stringify(msg)}`);
+    return msg;
+  }
+
+  /** What the client sent that the test has not read yet. */
+  get unread() {
+    return this.sent.slice(this._read);
+  }
+}
+
+class FakeGateway {
+  constructor() {
+    /** Every socket the client tried to open. */
+    this.attempts = [];
+    /** The sockets that opened. */
+    this.accepted = [];
+    /** Refuse this many of the next attempts (they close with 1006 before opening). */
+    this.refuse = 0;
+    this._waiters = [];
+    const gateway = this;
+    this.WebSocket = class extends FakeSocket {
+      constructor(url, protocols) {
+        super(gateway, url, protocols);
+      }
+    };
+  }
+
+  _arrive(sock) {
+    if (sock.readyState === 3) {
+      // the client gave up on it while connecting
+    } else if (this.refuse > 0) {
+      this.refuse -= 1;
+      sock.readyState = 3;
+      sock.onclose?.({ code: 1006, reason: "", wasClean: false });
+    } else {
+      sock.readyState = 1;
+      sock.protocol = sock.protocols?.includes("gateway.v1") ? "gateway.v1" : "";
+      this.accepted.push(sock);
+      sock.onopen?.({});
+    }
+    this._notify();
+  }
+
+  _notify() {
+    for (const waiter of [...this._waiters]) {
+      if (waiter.ready()) {
+        this._waiters.splice(this._waiters.indexOf(waiter), 1);
+        waiter.resolve();
+      }
+    }
+  }
+
+  /** Resolves once `ready()` holds. */
+  until(ready) {
+    if (ready()) return Promise.resolve();
+    return new Promise((resolve) => this._waiters.push({ ready, resolve }));
+  }
+
+  /** The `n`th socket that opened (0-based), once it has. */
+  async socket(n) {
+    await this.until(() => this.accepted.length > n);
+    return this.accepted[n];
+  }
+}
+
+// ----------------------------------------------------------------------- helpers
+
+const created = (seq) => ({
+  type: "session.created",
+  session_id: "sess_1",
+  resume_token: "tok_1",
+  agent: "test",
+  protocol_version: 1,
+  tools: [{ name: "device_a", kind: "client", display_name: "Device a" }],
+  limits: {
+    max_message_chars: 32000,
+    max_queued_messages: 8,
+    max_steps: 8,
+    ws_max_size: 1048576,
+    client_call_timeout: 30.0,
+  },
+  seq,
+});
+
+const pong = (seq) => ({ type: "pong", seq });
+
+const call = (call_id, tool, args = {}, timeout = 10) => ({
+  call_id,
+  tool,
+  display_name: tool,
+  args,
+  deadline: Date.now() / 1000 + timeout,
+  timeout,
+});
+
+/** Every microtask queued so far has run (a macrotask boundary). */
+const flush = () => new Promise((resolve) => setImmediate(resolve));
+
+async function collect(iterable) {
+  const items = [];
+  for await (const item of iterable) items.push(item);
+  return items;
+}
+
+/** A client with a started session (session.created is seq 1). */
+async function started(options = {}, setup = () => {}) {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, ...options });
+  setup(conv);
+  await conv.connect();
+  const sock = await gw.socket(0);
+  const starting = conv.start();
+  const start = await sock.next("session.start");
+  sock.push(created(1));
+  assert.equal((await starting).session_id, "sess_1");
+  return { gw, conv, sock, start };
+}
+
+/** Drop the socket, accept the resume, answer it with session.resumed; returns the new socket. */
+async function dropAndResume(gw, sock, n, resumed = {}) {
+  sock.drop(1006);
+  const next = await gw.socket(n);
+  await next.next("session.resume");
+  next.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 1, last_seq: 1, ...resumed });
+  return next;
+}
+
+// ----------------------------------------------------------------------- session start
+
+test("connect offers gateway.v1 and the token; session.start declares the client functions", async () => {
+  const { conv, sock, start } = await started(
+    { token: "t k", agent: "demo", instructions: "Be brief.", metadata: { app: "3.2" } },
+    (c) =>
+      c.clientFunction("get_battery_level", () => ({ level: 1 }), {
+        description: "Read the battery.",
+        outputSchema: { type: "object" },
+        timeout: 15,
+        displayName: "Battery level",
+      }),
+  );
+  assert.deepEqual(sock.protocols, ["gateway.v1"]);
+  assert.equal(sock.url, `${URL}?token=t%20k`);
+  assert.deepEqual(start, {
+    type: "session.start",
+    agent: "demo",
+    instructions: "Be brief.",
+    metadata: { app: "3.2" },
+    client_functions: [
+      {
+        name: "get_battery_level",
+        description: "Read the battery.",
+        input_schema: { type: "object", properties: {} },
+        output_schema: { type: "object" },
+        display_name: "Battery level",
+        timeout: 15,
+      },
+    ],
+  });
+  assert.equal(conv.state, "open");
+  assert.equal(conv.lastSeq, 1);
+  assert.equal(conv.session.resume_token, "tok_1");
+  // omitted defaults are filled in
+  assert.deepEqual(conv.session.tools[0], {
+    name: "device_a",
+    kind: "client",
+    display_name: "Device a",
+    execution: "sync",
+    delivery: null,
+    description: "",
+  });
+
+  // registered after the start: declared again with session.update
+  conv.clientFunction("open_settings", () => null);
+  const update = await sock.next("session.update");
+  assert.deepEqual(
+    update.client_functions.map((f) => [f.name, f.description]),
+    [
+      ["get_battery_level", "Read the battery."],
+      ["open_settings", "open settings"],
+    ],
+  );
+  assert.throws(() => conv.clientFunction("Bad-Name", () => 1), ClientError);
+  await conv.close();
+});
+
+test("start() rejects with ServerError when the gateway refuses session.start", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, agent: "nope" });
+  await conv.connect();
+  const sock = await gw.socket(0);
+  const starting = conv.start();
+  await sock.next("session.start");
+  sock.push({ type: "error", code: "invalid_message", message: "unknown agent 'nope'", seq: 1 });
+  await assert.rejects(starting, (err) => {
+    assert.ok(err instanceof ServerError);
+    assert.ok(err instanceof ClientError);
+    assert.equal(err.code, "invalid_message");
+    assert.equal(err.retryable, false);
+    assert.equal(err.event.in_reply_to, null);
+    return true;
+  });
+  await conv.close();
+});
+
+test("the connect() helper gives a connected client; an unreachable gateway rejects it", async () => {
+  const gw = new FakeGateway();
+  const conv = await connect(URL, { WebSocketImpl: gw.WebSocket });
+  assert.equal(conv.state, "open");
+  assert.ok(conv instanceof GatewayClient);
+  await conv.close();
+
+  const down = new FakeGateway();
+  down.refuse = 1;
+  const lost = new GatewayClient(URL, { WebSocketImpl: down.WebSocket });
+  await assert.rejects(lost.connect(), (err) => err instanceof SessionClosed && err.closedWith === 1006);
+  assert.equal(lost.state, "closed");
+});
+
+// ----------------------------------------------------------------------- talking
+
+test("say() starts the session lazily and streams the deltas of the response to its message", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket });
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  assert.equal(conv.state, "idle");
+  const reply = collect(conv.say("hello"));
+  const sock = await gw.socket(0);
+  await sock.next("session.start");
+  sock.push(created(1));
+  const msg = await sock.next("user.message");
+  assert.equal(msg.text, "hello");
+  assert.match(msg.id, /^msg_[A-Za-z0-9_-]{12}$/);
+  const created2 = [];
+  conv.on("response.created", (e) => created2.push(e));
+  sock.push(
+    { type: "response.created", response_id: "resp_other", call_id: "call_async", seq: 2 },
+    { type: "text.delta", response_id: "resp_other", delta: "not mine", seq: 3 },
+    { type: "response.created", response_id: "resp_1", in_reply_to: msg.id, seq: 4 },
+    { type: "text.delta", response_id: "resp_1", delta: "Hi ", seq: 5 },
+    { type: "text.delta", response_id: "resp_other", delta: "still not mine", seq: 6 },
+    { type: "text.delta", response_id: "resp_1", delta: "there.", seq: 7 },
+    { type: "text.done", response_id: "resp_1", text: "Hi there.", seq: 8 },
+    { type: "response.done", response_id: "resp_1", status: "completed", turn_completed: true, seq: 9 },
+    { type: "text.delta", response_id: "resp_1", delta: "after the end", seq: 10 },
+  );
+  assert.deepEqual(await reply, ["Hi ", "there."]);
+  assert.deepEqual(states, ["connecting", "open"]);
+  assert.equal(created2[0].in_reply_to, null); // omitted default
+  assert.equal(created2[1].call_id, null);
+  await conv.close();
+});
+
+test("say() throws ServerError when the gateway refuses its message", async () => {
+  const { conv, sock } = await started();
+  const reply = collect(conv.say("one too many"));
+  const msg = await sock.next("user.message");
+  sock.push({
+    type: "error",
+    code: "busy",
+    message: "too many queued messages",
+    in_reply_to: msg.id,
+    retryable: true,
+    seq: 2,
+  });
+  await assert.rejects(reply, (err) => {
+    assert.ok(err instanceof ServerError);
+    assert.equal(err.code, "busy");
+    assert.equal(err.retryable, true);
+    assert.equal(err.event.seq, 2);
+    return true;
+  });
+  // so does a provider error that ends the response
+  const second = collect(conv.say("again"));
+  const msg2 = await sock.next("user.message");
+  sock.push(
+    { type: "response.created", response_id: "resp_2", in_reply_to: msg2.id, seq: 3 },
+    { type: "error", code: "provider_error", message: "upstream broke", response_id: "resp_2", seq: 4 },
+  );
+  await assert.rejects(second, (err) => err instanceof ServerError && err.code === "provider_error");
+  await conv.close();
+});
+
+test("post() and cancel() send without waiting; listeners can unsubscribe", async () => {
+  const { conv, sock } = await started();
+  const seen = [];
+  const off = conv.on("pong", (e) => seen.push(e.seq));
+  const id = await conv.post("hi");
+  assert.deepEqual(await sock.next("user.message"), { type: "user.message", id, text: "hi" });
+  await conv.cancel("resp_9");
+  assert.deepEqual(await sock.next("response.cancel"), { type: "response.cancel", response_id: "resp_9" });
+  await conv.cancel();
+  assert.deepEqual(await sock.next("response.cancel"), { type: "response.cancel" });
+  sock.push(pong(2));
+  off();
+  sock.push(pong(3));
+  assert.deepEqual(seen, [2]);
+  await conv.close();
+});
+
+// ----------------------------------------------------------------------- events and seq
+
+test("events with a seq already seen are dropped; unknown and malformed frames are skipped", async (t) => {
+  const { conv, sock } = await started();
+  const all = [];
+  const pongs = [];
+  const future = [];
+  conv.on("*", (e) => all.push(`${e.type}:${e.seq}`));
+  conv.on("pong", (e) => pongs.push(e.seq));
+  conv.on("future.event", (e) => future.push(e.seq));
+  const throwing = t.mock.method(console, "error", () => {});
+  conv.on("pong", () => {
+    throw new Error("a listener's bug");
+  });
+  sock.push(pong(2), pong(3), pong(2), pong(3), created(1), pong(4));
+  sock.push({ type: "future.event", seq: 5 }, pong(5), "not json", { no: "type" }, [1, 2]);
+  sock.pushRaw(new Uint8Array([1, 2, 3]));
+  sock.push(pong(6));
+  assert.deepEqual(all, ["pong:2", "pong:3", "pong:4", "pong:6"]);
+  assert.deepEqual(pongs, [2, 3, 4, 6]);
+  assert.deepEqual(future, [5]); // asked for by name: delivered, and it moves the cursor
+  assert.equal(conv.lastSeq, 6);
+  assert.equal(conv.session.seq, 1);
+  assert.equal(throwing.mock.callCount(), 4); // reported, not thrown into the SDK
+  await conv.close();
+});
+
+test("an ack goes out every ackEvery events", async () => {
+  const { conv, sock } = await started({ ackEvery: 3 }); // session.created is the first event
+  sock.push(pong(2));
+  assert.deepEqual(sock.unread, []);
+  sock.push(pong(3));
+  assert.deepEqual(await sock.next("ack"), { type: "ack", seq: 3 });
+  sock.push(pong(3), pong(2), pong(4), pong(5));
+  assert.deepEqual(sock.unread, []); // duplicates do not count
+  sock.push(pong(7));
+  assert.deepEqual(await sock.next("ack"), { type: "ack", seq: 7 });
+  await conv.close();
+});
+
+// ----------------------------------------------------------------------- client functions
+
+test("client functions: concurrent calls, a throwing handler, an overrun, an unknown function", async () => {
+  let openGate;
+  const gate = new Promise((resolve) => (openGate = resolve));
+  const runs = {};
+  const count = (name) => (runs[name] = (runs[name] ?? 0) + 1);
+  let stuckSignal = null;
+  const { conv, sock } = await started({}, (c) => {
+    // waits for the second function: only works if both run at once
+    c.clientFunction("wait_for_gate", async () => {
+      count("wait_for_gate");
+      await gate;
+      return { waited: true };
+    });
+    c.clientFunction("open_gate", (args) => {
+      count("open_gate");
+      openGate();
+      return { n: args.n };
+    });
+    c.clientFunction("broken", () => {
+      count("broken");
+      throw new TypeError("bad zip code");
+    });
+    c.clientFunction("rejects", async () => {
+      count("rejects");
+      throw new RangeError("out of range");
+    });
+    c.clientFunction("stuck", (args, { signal }) => {
+      count("stuck");
+      stuckSignal = signal;
+      return new Promise(() => {});
+    });
+    c.clientFunction("nothing", () => {});
+  });
+  const calls = [];
+  conv.on("tool.calls", (e) => calls.push(...e.calls.map((c) => c.call_id)));
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [
+      call("c_wait", "wait_for_gate"),
+      call("c_gate", "open_gate", { n: 2 }),
+      call("c_broken", "broken"),
+      call("c_rejects", "rejects"),
+      call("c_stuck", "stuck", {}, 0.05),
+      call("c_unknown", "no_such_function"),
+      call("c_nothing", "nothing"),
+    ],
+    seq: 2,
+  });
+  assert.equal(calls.length, 7);
+  assert.deepEqual(runs, {}); // listeners hear of the calls before any handler runs
+  const results = new Map();
+  for (let i = 0; i < 7; i += 1) {
+    const msg = await sock.next("tool.results");
+    assert.equal(msg.results.length, 1);
+    results.set(msg.results[0].call_id, msg.results[0]);
+  }
+  assert.deepEqual(results.get("c_wait"), { call_id: "c_wait", tool: "wait_for_gate", output: { waited: true } });
+  assert.deepEqual(results.get("c_gate"), { call_id: "c_gate", tool: "open_gate", output: { n: 2 } });
+  assert.deepEqual(results.get("c_broken"), { call_id: "c_broken", tool: "broken", error: "TypeError: bad zip code" });
+  assert.deepEqual(results.get("c_rejects"), { call_id: "c_rejects", tool: "rejects", error: "RangeError: out of range" });
+  assert.deepEqual(results.get("c_stuck"), {
+    call_id: "c_stuck",
+    tool: "stuck",
+    error: "the client function overran its deadline",
+  });
+  assert.equal(stuckSignal.aborted, true);
+  assert.deepEqual(results.get("c_unknown"), {
+    call_id: "c_unknown",
+    tool: "no_such_function",
+    error: "LookupError: this client has no function 'no_such_function'",
+  });
+  assert.deepEqual(results.get("c_nothing"), { call_id: "c_nothing", tool: "nothing", output: null });
+
+  // the same call ids again, in a later batch: nothing runs twice
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [call("c_gate", "open_gate", { n: 3 }), call("c_broken", "broken")], seq: 3 });
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  assert.deepEqual(runs, { wait_for_gate: 1, open_gate: 1, broken: 1, rejects: 1, stuck: 1 });
+  await conv.close();
+});
+
+test("a handler still running at close() is aborted and sends nothing", async () => {
+  let signal = null;
+  let entered;
+  const running = new Promise((resolve) => (entered = resolve));
+  const { conv, sock } = await started({}, (c) =>
+    c.clientFunction("slow", (args, context) => {
+      signal = context.signal;
+      entered();
+      return new Promise(() => {});
+    }),
+  );
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [call("c_slow", "slow")], seq: 2 });
+  await running;
+  await conv.close();
+  assert.equal(signal.aborted, true);
+  assert.ok(signal.reason instanceof SessionClosed);
+  assert.deepEqual(sock.unread, []);
+});
+
+// ----------------------------------------------------------------------- reconnects
+
+test("after an abnormal close: session.resume with last_seq, resends, open_calls run once", async () => {
+  const runs = { device_a: 0, device_b: 0, device_c: 0 };
+  const { gw, conv, sock } = await started({}, (c) => {
+    for (const name of Object.keys(runs)) {
+      c.clientFunction(name, () => {
+        runs[name] += 1;
+        return { value: name };
+      });
+    }
+  });
+  const states = [];
+  conv.on("connection", (e) => states.push(`${e.state}/${e.reconnects}`));
+  const star = [];
+  conv.on("*", (e) => star.push(e.seq ? `${e.type}:${e.seq}` : e.type));
+  const resumedEvents = [];
+  conv.on("session.resumed", (e) => resumedEvents.push(e));
+
+  const answered = await conv.post("echo a");
+  const unanswered = await conv.post("one");
+  await sock.next("user.message");
+  await sock.next("user.message");
+  sock.push({ type: "response.created", response_id: "resp_1", in_reply_to: answered, seq: 2 });
+  // a result the gateway confirms, and one it never confirms
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [call("call_c", "device_c")], seq: 3 });
+  await sock.next("tool.results");
+  sock.push({ type: "tool.status", call_id: "call_c", tool: "device_c", status: "completed", response_id: "resp_1", seq: 4 });
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [call("call_a", "device_a")], seq: 5 });
+  const resultA = await sock.next("tool.results");
+
+  sock.drop(1006);
+  assert.equal(conv.state, "reconnecting");
+  // sent while disconnected: user messages are not lost, a cancel may be
+  const away = await conv.post("while away");
+  await conv.cancel("resp_1");
+
+  const sock2 = await gw.socket(1);
+  assert.deepEqual(sock2.protocols, ["gateway.v1"]);
+  assert.deepEqual(await sock2.next("session.resume"), {
+    type: "session.resume",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 5,
+  });
+  assert.deepEqual(sock2.unread, []); // nothing else before the gateway answers
+  assert.equal(conv.state, "reconnecting");
+
+  sock2.push({
+    type: "session.resumed",
+    session_id: "sess_1",
+    replayed_from: 6,
+    last_seq: 6,
+    open_calls: [call("call_a", "device_a", {}, 9.5), call("call_b", "device_b", {}, 9.5)],
+  });
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  // the replay: an event already seen, then a batch with a call already running
+  sock2.push(
+    { type: "tool.calls", response_id: "resp_1", calls: [call("call_a", "device_a")], seq: 5 },
+    { type: "tool.calls", response_id: "resp_1", calls: [call("call_b", "device_b")], seq: 6 },
+  );
+
+  const resent = await sock2.next("tool.results");
+  assert.deepEqual(resent.results, resultA.results); // the same result, not a new run
+  assert.equal((await sock2.next("user.message")).id, unanswered);
+  assert.equal((await sock2.next("user.message")).id, away);
+  const resultB = await sock2.next("tool.results");
+  assert.deepEqual(resultB.results, [{ call_id: "call_b", tool: "device_b", output: { value: "device_b" } }]);
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+  assert.deepEqual(runs, { device_a: 1, device_b: 1, device_c: 1 });
+
+  assert.deepEqual(states, ["reconnecting/0", "open/1"]);
+  assert.equal(resumedEvents.length, 1);
+  assert.equal(resumedEvents[0].open_calls.length, 2);
+  assert.deepEqual(star.slice(-2), ["session.resumed", "tool.calls:6"]);
+  assert.equal(conv.lastSeq, 6); // session.resumed does not move the cursor
+
+  // confirmed and answered now: a second drop resends nothing but call_b's result
+  sock2.push(
+    { type: "tool.status", call_id: "call_a", tool: "device_a", status: "completed", duplicate: true, seq: 7 },
+    { type: "response.created", response_id: "resp_2", in_reply_to: unanswered, seq: 8 },
+    { type: "error", code: "busy", message: "queue full", in_reply_to: away, retryable: true, seq: 9 },
+  );
+  const sock3 = await dropAndResume(gw, sock2, 2, { replayed_from: 10, last_seq: 9 });
+  assert.deepEqual((await sock3.next("tool.results")).results, resultB.results);
+  await flush();
+  assert.deepEqual(sock3.unread, []);
+  assert.equal(conv.reconnects, 2);
+  await conv.close();
+  assert.deepEqual(sock3.closedByClient, { code: 1000, reason: "" });
+});
+
+test("an unreachable gateway is retried with backoff until it answers", async () => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 20 });
+  gw.refuse = 3;
+  sock.drop(1011, "keepalive ping timeout");
+  const sock2 = await gw.socket(1);
+  assert.equal(gw.attempts.length, 5); // the first socket, 3 refused, this one
+  assert.equal((await sock2.next("session.resume")).last_seq, 1);
+  sock2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  await conv.close();
+});
+
+test("the backoff starts at 50 ms, doubles, is capped, and is fully jittered", async (t) => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 300 });
+  const realSetTimeout = globalThis.setTimeout;
+  const waits = [];
+  t.mock.method(globalThis, "setTimeout", (fn, ms, ...args) => {
+    waits.push(ms);
+    return realSetTimeout(fn, 0, ...args); // no real waiting
+  });
+  // full jitter: anywhere from 0 up to the ceiling
+  const randoms = [0.999, 0.999, 0.999, 0.999, 0, 0];
+  t.mock.method(Math, "random", () => randoms.shift());
+  gw.refuse = 6;
+  sock.drop(1006);
+  const sock2 = await gw.socket(1);
+  assert.equal(gw.attempts.length, 8); // the first socket, 6 refused, this one
+  await sock2.next("session.resume");
+  assert.deepEqual(
+    waits.filter((ms) => ms !== 10_000).map((ms) => Math.round(ms / 0.999)),
+    [50, 100, 200, 300, 0, 0],
+  );
+  await conv.close();
+});
+
+test("close() while reconnecting stops the retries", async () => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 5 });
+  gw.refuse = Infinity;
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length >= 4);
+  await conv.close();
+  assert.equal(conv.state, "closed");
+  const attempts = gw.attempts.length;
+  await flush();
+  assert.equal(gw.attempts.length, attempts);
+  await assert.rejects(conv.post("hello?"), (err) => err instanceof SessionClosed && err.closedWith === 1000);
+});
+
+test("a session.update not yet answered is sent again after a resume", async () => {
+  const { gw, conv, sock } = await started();
+  conv.clientFunction("late", () => 1);
+  const update = await sock.next("session.update");
+  assert.match(update.id, /^upd_/);
+  const sock2 = await dropAndResume(gw, sock, 1);
+  assert.deepEqual(await sock2.next("session.update"), update);
+  sock2.push({ type: "session.updated", tools: [], in_reply_to: update.id, seq: 2 });
+  const sock3 = await dropAndResume(gw, sock2, 2);
+  await flush();
+  assert.deepEqual(sock3.unread, []);
+  await conv.close();
+});
+
+test("resume_gap then session.snapshot: say() throws ResumeGap, the cursor jumps, open calls run", async () => {
+  const runs = [];
+  const { gw, conv, sock } = await started({}, (c) =>
+    c.clientFunction("device_a", (args) => {
+      runs.push(args);
+      return { value: "a" };
+    }),
+  );
+  const star = [];
+  conv.on("*", (e) => star.push(e.type === "error" ? `error:${e.code}` : e.seq ? `${e.type}:${e.seq}` : e.type));
+  const gaps = [];
+  conv.on("error", (e) => gaps.push(e));
+  const snapshots = [];
+  conv.on("session.snapshot", (e) => snapshots.push(e));
+
+  const reply = collect(conv.say("echo a b c"));
+  const msg = await sock.next("user.message");
+  sock.push(
+    { type: "response.created", response_id: "resp_1", in_reply_to: msg.id, seq: 2 },
+    { type: "text.delta", response_id: "resp_1", delta: "a ", seq: 3 },
+  );
+  sock.drop(1013, "client too slow: resume to get the rest");
+  const sock2 = await gw.socket(1);
+  assert.equal((await sock2.next("session.resume")).last_seq, 3);
+  sock2.push({ type: "error", code: "resume_gap", message: "events after seq 3 are gone; rebuild from the snapshot" });
+  assert.equal(conv.state, "reconnecting"); // the snapshot is still to come
+  sock2.push({
+    type: "session.snapshot",
+    session_id: "sess_1",
+    last_seq: 19,
+    transcript: [
+      { role: "user", text: "echo a b c" },
+      { role: "assistant", text: "a b c" },
+    ],
+    open_calls: [call("call_x", "device_a", { k: 1 }, 9.4)],
+  });
+  await assert.rejects(reply, (err) => {
+    assert.ok(err instanceof ResumeGap);
+    assert.equal(err.snapshot.last_seq, 19);
+    assert.equal(err.snapshot.transcript.length, 2);
+    return true;
+  });
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  assert.equal(conv.lastSeq, 19);
+  assert.equal(gaps.length, 1);
+  assert.equal(gaps[0].seq, 0);
+  assert.equal(snapshots.length, 1);
+  assert.deepEqual((await sock2.next("tool.results")).results, [{ call_id: "call_x", tool: "device_a", output: { value: "a" } }]);
+  assert.deepEqual(runs, [{ k: 1 }]);
+
+  // live events go on from the snapshot's last_seq + 1
+  sock2.push(pong(19), pong(20));
+  assert.deepEqual(star.slice(-3), ["error:resume_gap", "session.snapshot", "pong:20"]);
+  await conv.close();
+});
+
+// ----------------------------------------------------------------------- the end
+
+test("a final close code ends the conversation: say() throws SessionClosed, no resume", async () => {
+  const { gw, conv, sock } = await started();
+  const states = [];
+  conv.on("connection", (e) => states.push(e));
+  const events = collect(conv.events());
+  const reply = collect(conv.say("hi"));
+  await sock.next("user.message");
+  sock.drop(4009, "session taken over by a new socket");
+  await assert.rejects(reply, (err) => {
+    assert.ok(err instanceof SessionClosed);
+    assert.equal(err.closedWith, 4009);
+    assert.equal(err.reason, "session taken over by a new socket");
+    return true;
+  });
+  await assert.rejects(events, SessionClosed);
+  assert.equal(gw.attempts.length, 1);
+  assert.equal(conv.state, "closed");
+  assert.equal(states.length, 1);
+  assert.equal(states[0].state, "closed");
+  assert.equal(states[0].error.closedWith, 4009);
+  await assert.rejects(conv.post("again"), SessionClosed);
+  await assert.rejects(conv.cancel(), SessionClosed);
+  await assert.rejects(collect(conv.say("again")), SessionClosed);
+  await conv.close(); // harmless
+});
+
+test("a resume refused with 4004 ends the conversation", async () => {
+  const { gw, conv, sock } = await started();
+  const reply = collect(conv.say("hi"));
+  await sock.next("user.message");
+  sock.drop(1012, "service restart");
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  sock2.drop(4004, "unknown session");
+  await assert.rejects(reply, (err) => err instanceof SessionClosed && err.closedWith === 4004);
+  assert.equal(conv.state, "closed");
+  assert.equal(gw.attempts.length, 2);
+});
+
+test("without reconnect, or before the session started, any close ends the conversation", async () => {
+  const { gw, conv, sock } = await started({ reconnect: false });
+  sock.drop(1006);
+  assert.equal(conv.state, "closed");
+  await assert.rejects(conv.post("x"), (err) => err instanceof SessionClosed && err.closedWith === 1006);
+  assert.equal(gw.attempts.length, 1);
+
+  const gw2 = new FakeGateway();
+  const early = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket });
+  await early.connect();
+  const starting = early.start();
+  const sock2 = await gw2.socket(0);
+  await sock2.next("session.start");
+  sock2.drop(1011);
+  await assert.rejects(starting, (err) => err instanceof SessionClosed && err.closedWith === 1011);
+  assert.equal(gw2.attempts.length, 1);
+});
+
+test("close() sends code 1000 and ends pending say() iterators", async () => {
+  const { conv, sock } = await started();
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  const reply = collect(conv.say("hi"));
+  await sock.next("user.message");
+  await conv.close();
+  assert.deepEqual(sock.closedByClient, { code: 1000, reason: "" });
+  await assert.rejects(reply, (err) => err instanceof SessionClosed && err.closedWith === 1000);
+  assert.deepEqual(states, ["closed"]);
+  assert.equal(conv.state, "closed");
+  await conv.close(); // twice is fine
+});
+
+test("close() while the first socket is still connecting", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket });
+  const connecting = conv.connect();
+  await conv.close();
+  await assert.rejects(connecting, SessionClosed);
+  assert.equal(gw.attempts[0].closedByClient.code, 1000);
+  assert.equal(gw.accepted.length, 0);
+});

@@ -1,0 +1,760 @@
+// Web demo of the conversation gateway: a chat over one WebSocket (through the browser SDK),
+// client functions that act on this page, server tools, an event inspector and a tools panel.
+// No framework and no build step: plain DOM code, served by the gateway under /demo/.
+
+const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
+const SDK_URL = "/sdk/gateway-client.js";
+
+// The demo's store directory: the same five stores as client_sdk/device.py (zip -> store).
+const STORES = [
+  { zip: 10001, name: "Midtown", address: "350 5th Ave, New York, NY" },
+  { zip: 60601, name: "Loop", address: "233 S Wacker Dr, Chicago, IL" },
+  { zip: 92031, name: "Vista", address: "1 Main St, Vista, CA" },
+  { zip: 94103, name: "SoMa", address: "500 Howard St, San Francisco, CA" },
+  { zip: 98101, name: "Downtown", address: "1420 5th Ave, Seattle, WA" },
+];
+
+// Inputs prefilled in the tools panel, and a chat prompt that makes the model call each tool.
+const TOOL_EXAMPLES = { check_stock: { product: "headphones" }, check_order_status: { order_id: "1234" } };
+const TOOL_PROMPTS = {
+  open_settings: "open the settings",
+  get_battery_level: "what's my battery level?",
+  get_nearest_store: "nearest store to 92031",
+  check_stock: "do you have headphones in stock?",
+  check_order_status: "where is my order 1234?",
+};
+const SETTINGS_SECTIONS = ["display", "sound", "privacy", "network"];
+const CONNECTION_LABELS = { connecting: "Connecting…", open: "Connected", reconnecting: "Reconnecting…", closed: "Offline" };
+const DONE_NOTES = { cancelled: "Stopped", incomplete: "Incomplete: the reply was cut short", failed: "Failed" };
+const MAX_EVENT_ROWS = 1000;
+const PREVIEW_FIRST = ["delta", "text", "tool", "status", "code", "message", "progress", "result", "error", "calls"];
+
+// ---- Small helpers -----------------------------------------------------------------------------
+
+const $ = (selector, root = document) => root.querySelector(selector);
+
+/** Create an element: el("li", { class: "msg", "data-x": 1 }, "text", child). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+/** One-line JSON, shortened to `max` characters. */
+function compact(value, max = 90) {
+  let text;
+  try { text = JSON.stringify(value) ?? String(value); } catch { text = String(value); }
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/** Events with a real `seq`; the SDK gives connection-level events (session.resumed...) seq 0. */
+const hasSeq = (event) => typeof event.seq === "number" && event.seq > 0;
+
+const pretty = (value) => { try { return JSON.stringify(value, null, 2); } catch { return String(value); } };
+
+// ---- State -------------------------------------------------------------------------------------
+
+let conv = null;          // the GatewayClient
+let sdk = null;           // the SDK module (for its error classes)
+let session = null;       // the session.created event
+let highestSeq = 0;       // events at or below it were handled already (defensive de-duplication)
+const toolInfo = new Map();    // tool name -> ToolInfo (from session.created or GET /v1/tools)
+const responses = new Map();   // response_id -> { bubble, text, textNode, last, sep }
+const calls = new Map();       // call_id -> { tool, display, kind, node, responseId }
+const lifecycles = new Map();  // call_id -> <ol> of steps in the inspector
+const running = new Set();     // response ids that have not ended
+const clientOutputs = new Map(); // call_id -> what our handler returned, shown with the ✓
+
+const settings = { theme: "system", inspector: true, chime: false, battery: true };
+const darkQuery = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+
+const messages = $("#messages");
+const chatScroll = $("#chat-scroll");
+const composer = $("#composer");
+const stopButton = $("#stop");
+const settingsPanel = $("#settings-panel");
+
+const displayName = (tool) => toolInfo.get(tool)?.display_name || tool.replace(/_/g, " ");
+
+// ---- Settings: persisted in localStorage, applied at once --------------------------------------
+
+function loadSettings() {
+  try { Object.assign(settings, JSON.parse(localStorage.getItem("gateway-demo-settings") || "{}")); } catch { /* defaults */ }
+}
+
+function saveSettings() {
+  try { localStorage.setItem("gateway-demo-settings", JSON.stringify(settings)); } catch { /* private mode */ }
+}
+
+function applySettings() {
+  const dark = settings.theme === "dark" || (settings.theme === "system" && Boolean(darkQuery?.matches));
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  for (const radio of document.querySelectorAll('input[name="theme"]')) radio.checked = radio.value === settings.theme;
+  $("#set-inspector").checked = settings.inspector;
+  $("#set-chime").checked = settings.chime;
+  $("#set-battery").checked = settings.battery;
+  $("#inspector-panel").hidden = !settings.inspector;
+  $(".side").classList.toggle("single", !settings.inspector);
+  $("#tab-inspector").hidden = !settings.inspector;
+  if (!settings.inspector && $("#layout").dataset.view === "inspector") showView("chat");
+}
+
+function bindSettings() {
+  for (const radio of document.querySelectorAll('input[name="theme"]')) {
+    radio.addEventListener("change", () => { settings.theme = radio.value; saveSettings(); applySettings(); });
+  }
+  const bindCheck = (id, key) => $(id).addEventListener("change", (e) => { settings[key] = e.target.checked; saveSettings(); applySettings(); });
+  bindCheck("#set-inspector", "inspector");
+  bindCheck("#set-chime", "chime");
+  bindCheck("#set-battery", "battery");
+  darkQuery?.addEventListener?.("change", applySettings);
+  $("#open-settings").addEventListener("click", () => (settingsPanel.hidden ? openSettings(null, { focus: true }) : closeSettings()));
+  $("#settings-close").addEventListener("click", closeSettings);
+}
+
+/** Show the settings panel, scrolled to `section` when it names one. Focus moves only when the user asked. */
+function openSettings(section, { focus = false } = {}) {
+  settingsPanel.hidden = false;
+  $("#open-settings").setAttribute("aria-expanded", "true");
+  refreshNetworkInfo();
+  for (const node of settingsPanel.querySelectorAll(".highlight")) node.classList.remove("highlight");
+  const name = typeof section === "string" ? section.trim().toLowerCase() : "";
+  const target = SETTINGS_SECTIONS.includes(name) ? $(`#settings-${name}`) : null;
+  if (target) {
+    target.classList.add("highlight");
+    target.scrollIntoView({ block: "nearest" });
+  }
+  if (focus) ((target && $("input", target)) || $("#settings-close")).focus();
+}
+
+function closeSettings() {
+  const hadFocus = settingsPanel.contains(document.activeElement);
+  settingsPanel.hidden = true;
+  $("#open-settings").setAttribute("aria-expanded", "false");
+  if (hadFocus) $("#open-settings").focus();
+}
+
+function refreshNetworkInfo() {
+  if (settingsPanel.hidden) return;
+  $("#net-url").textContent = WS_URL;
+  $("#net-session").textContent = session?.session_id ?? "–";
+  $("#net-reconnects").textContent = String(conv?.reconnects ?? 0);
+  $("#net-seq").textContent = String(conv?.lastSeq ?? (highestSeq || "–"));
+}
+
+let audio = null;
+/** A short chime when a reply finishes (Settings › Sound). */
+function chime() {
+  if (!settings.chime) return;
+  try {
+    audio ??= new AudioContext();
+    const [osc, gain, now] = [audio.createOscillator(), audio.createGain(), audio.currentTime];
+    osc.frequency.value = 880;
+    gain.gain.setValueAtTime(0.06, now);
+    gain.gain.exponentialRampToValueAtTime(0.0001, now + 0.3);
+    osc.connect(gain).connect(audio.destination);
+    osc.start();
+    osc.stop(now + 0.3);
+  } catch { /* no audio: stay silent */ }
+}
+
+// ---- Client functions: they really act on this page --------------------------------------------
+
+function nearestStore(zipCode) {
+  const zip = String(zipCode ?? "");
+  if (!/^\d{5}$/.test(zip)) throw new Error(`not a US zip code: ${JSON.stringify(zipCode)}`);
+  const wanted = Number(zip);
+  let best = STORES[0];
+  for (const store of STORES) if (Math.abs(store.zip - wanted) < Math.abs(best.zip - wanted)) best = store;
+  const distance = Math.round(Math.abs(best.zip - wanted) * 0.8 * 10) / 10;
+  return { name: best.name, address: best.address, distance_km: distance };
+}
+
+async function batteryLevel() {
+  if (!settings.battery) throw new Error("The user has turned off battery access in this app's privacy settings");
+  if (typeof navigator.getBattery !== "function") throw new Error("The Battery API is not available in this browser");
+  const battery = await navigator.getBattery();
+  return { level: Number(battery.level), charging: Boolean(battery.charging) };
+}
+
+/** Wrap a handler so the chat can show what it returned (by call id) once the gateway confirms it. */
+function tracked(handler) {
+  return async (args, context) => {
+    const output = await handler(args ?? {});
+    const callId = context?.call?.call_id; // the SDK passes { signal, call } as a second argument
+    if (callId) clientOutputs.set(callId, output);
+    return output;
+  };
+}
+
+function registerClientFunctions() {
+  conv.clientFunction("open_settings", tracked((args) => {
+    openSettings(args.section);
+    return { opened: true };
+  }), { description: "Open the app's settings panel on the user's device.", timeout: 15 });
+  conv.clientFunction("get_battery_level", tracked(batteryLevel),
+    { description: "Read the device's battery level (0 to 1) and whether it is charging.", timeout: 15 });
+  conv.clientFunction("get_nearest_store", tracked((args) => nearestStore(args.zip_code)),
+    { description: "Find the shop's store nearest to a US zip code, using the device's store finder.", timeout: 15 });
+}
+
+// ---- Conversation rendering --------------------------------------------------------------------
+
+const nearBottom = () => chatScroll.scrollHeight - chatScroll.scrollTop - chatScroll.clientHeight < 80;
+
+/** Run `change` on the conversation, keeping it scrolled to the end if it was there. */
+function keepScrolled(change) {
+  const stick = nearBottom();
+  change();
+  if (stick) chatScroll.scrollTop = chatScroll.scrollHeight;
+}
+
+/** Add `node` after `after` (a node of #messages), or at the end. */
+function place(node, after = null) {
+  keepScrolled(() => (after && after.parentNode === messages ? after.after(node) : messages.append(node)));
+}
+
+/** Add a line that belongs to a response (a tool call, an async chip) after that response's last line. */
+function placeForResponse(responseId, node) {
+  const r = responseId ? responses.get(responseId) : null;
+  place(node, r?.last ?? null);
+  if (r) r.last = node;
+}
+
+function addUserBubble(text) {
+  const bubble = el("li", { class: "msg user" }, el("p", { class: "msg-text" }, text));
+  place(bubble);
+  return bubble;
+}
+
+const recentNotes = new Map(); // text -> time, so one problem reported twice shows once
+
+/** A centred system line (connection changes, errors), optionally with an action button. */
+function addNote(text, { kind = "info", action = null } = {}) {
+  const now = Date.now();
+  if (now - (recentNotes.get(text) ?? 0) < 2000) return;
+  recentNotes.set(text, now);
+  const line = el("li", { class: `msg system ${kind}` }, el("span", {}, text));
+  if (action) {
+    const button = el("button", { class: "btn btn-small", type: "button" }, action.label);
+    button.addEventListener("click", action.run);
+    line.append(" ", button);
+  }
+  place(line);
+}
+
+/** The assistant bubble of a response, created on response.created (or lazily on a stray delta). */
+function ensureResponse(responseId, created = {}) {
+  let r = responses.get(responseId);
+  if (r) return r;
+  const bubble = el("li", {
+    class: "msg assistant", "data-response-id": responseId, "data-state": "streaming", "aria-busy": "true",
+    "data-in-reply-to": created.in_reply_to, "data-call-id": created.call_id,
+  });
+  if (created.call_id) {
+    // A response started by an async tool's result, not by a user message.
+    const call = calls.get(created.call_id);
+    bubble.classList.add("async-update");
+    bubble.append(el("span", { class: "msg-label" }, `↻ Async update · ${call ? call.display : "tool result"}`));
+  }
+  const text = el("p", { class: "msg-text" });
+  bubble.append(text);
+  place(bubble);
+  r = { bubble, text, textNode: null, last: bubble, sep: false };
+  responses.set(responseId, r);
+  running.add(responseId); // until its response.done
+  updateStop();
+  return r;
+}
+
+function appendDelta(responseId, delta) {
+  const r = ensureResponse(responseId);
+  keepScrolled(() => {
+    if (!r.textNode) r.text.append((r.textNode = document.createTextNode("")));
+    // A new model step (after text.done) starts with a space, so steps do not run together.
+    if (r.sep && r.textNode.data && !/\s$/.test(r.textNode.data)) r.textNode.appendData(" ");
+    r.sep = false;
+    r.textNode.appendData(delta);
+  });
+}
+
+function finishResponse(event) {
+  const r = ensureResponse(event.response_id);
+  const state = event.status === "completed" ? "done" : String(event.status || "done");
+  r.bubble.dataset.state = state;
+  r.bubble.setAttribute("aria-busy", "false");
+  if (!r.textNode) r.bubble.classList.add("empty");
+  if (DONE_NOTES[state]) r.bubble.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
+  running.delete(event.response_id);
+  updateStop();
+  chime();
+}
+
+function updateStop() {
+  stopButton.disabled = running.size === 0;
+}
+
+/** A small activity line for a client-function call or a sync server-tool call. */
+function addActivity(call, args) {
+  const icon = call.kind === "client" ? "⚙" : "☁";
+  const where = call.kind === "client" ? "runs in this page" : "runs on the gateway";
+  call.node = el("li", { class: `activity ${call.kind}`, "data-call-id": call.id, "data-status": "running", title: `${call.tool}: ${where}` },
+    el("span", { class: "activity-icon", "aria-hidden": "true" }, icon),
+    el("span", { class: "activity-name" }, call.display),
+    args === undefined ? null : el("code", { class: "activity-args" }, compact(args, 60)),
+    el("span", { class: "activity-result" }, call.kind === "client" ? "running in this page…" : "running on the gateway…"));
+  placeForResponse(call.responseId, call.node);
+}
+
+function updateActivity(call, event) {
+  const result = $(".activity-result", call.node);
+  const status = event.status;
+  if (status === "running" || status === "pending") return;
+  if (status === "progress") {
+    result.textContent = `… ${event.progress?.stage ?? compact(event.progress, 50)}`;
+    return;
+  }
+  call.node.dataset.status = status;
+  if (status === "completed") {
+    const output = call.kind === "client" ? clientOutputs.get(call.id) : event.result;
+    clientOutputs.delete(call.id);
+    result.textContent = output === undefined ? "✓" : `✓ ${compact(output, 70)}`;
+  } else {
+    const mark = status === "expired" ? "⏱ expired" : status === "cancelled" ? "⊘ cancelled" : "✗";
+    result.textContent = `${mark}${event.error ? ` ${event.error}` : ""}`;
+  }
+}
+
+/** The chip of an async server tool: pending (spinner) → progress (stage) → completed / failed. */
+function addAsyncChip(call) {
+  call.node = el("li", { class: "chip async", "data-call-id": call.id, "data-status": "pending" },
+    el("span", { class: "chip-icon spinner", "aria-hidden": "true" }),
+    el("span", { class: "chip-title" }, call.display),
+    el("span", { class: "chip-detail" }, "checking…"));
+  placeForResponse(call.responseId, call.node);
+}
+
+function updateAsyncChip(call, event) {
+  const icon = $(".chip-icon", call.node);
+  const title = $(".chip-title", call.node);
+  const detail = $(".chip-detail", call.node);
+  if (event.status === "pending") return;
+  if (event.status === "progress") {
+    call.node.dataset.status = "progress";
+    detail.textContent = `${event.progress?.stage ?? compact(event.progress, 60)}…`;
+    return;
+  }
+  icon.classList.remove("spinner");
+  if (event.status === "completed") {
+    const result = event.result ?? {};
+    // The demo's order lookup reads best as "Order 1234 · on its way · arrives in 2 days".
+    if (result && typeof result === "object" && "order_id" in result) title.textContent = `Order ${result.order_id}`;
+    const parts = result && typeof result === "object" ? [result.status, result.eta].filter((p) => typeof p === "string") : [];
+    detail.textContent = parts.length ? parts.join(" · ") : compact(event.result, 80);
+    icon.textContent = "✓";
+    call.node.dataset.status = "completed";
+  } else {
+    // failed (also cancelled or expired, which the gateway does not send for async calls today)
+    detail.textContent = `${event.status}: ${event.error ?? "no result"}`;
+    icon.textContent = "✗";
+    call.node.dataset.status = "failed";
+  }
+}
+
+// ---- Protocol events ---------------------------------------------------------------------------
+
+function handleEvent(event) {
+  if (!event || typeof event.type !== "string") return;
+  if (hasSeq(event)) {
+    if (event.seq <= highestSeq) return; // already handled (e.g. session.created from both start() and "*")
+    highestSeq = event.seq;
+  }
+  logEvent(event);
+  try {
+    switch (event.type) {
+      case "session.created": onSession(event); break;
+      case "response.created":
+        ensureResponse(event.response_id, event);
+        if (event.call_id) addStep(event.call_id, null, "delivered", event.response_id);
+        break;
+      case "text.delta": appendDelta(event.response_id, event.delta ?? ""); break;
+      case "text.done": {
+        const r = ensureResponse(event.response_id);
+        if (!r.textNode && event.text) appendDelta(event.response_id, event.text); // deltas were missed
+        r.sep = true;
+        break;
+      }
+      case "tool.calls": for (const call of event.calls ?? []) onClientCall(call, event.response_id); break;
+      case "tool.status": onToolStatus(event); break;
+      case "response.done": finishResponse(event); break;
+      case "error": addNote(`${event.code}: ${event.message}`, { kind: "error" }); break;
+      case "session.resumed": onResumed(event); break;
+      case "session.snapshot": onSnapshot(event); break;
+      default: break;
+    }
+  } catch (err) {
+    console.error("demo: could not render", event, err);
+  }
+  refreshNetworkInfo();
+}
+
+function onSession(created) {
+  if (session?.session_id === created.session_id) return;
+  session = created;
+  for (const tool of created.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
+  if (toolsFallback) renderTools(created.tools ?? [], created.agent);
+}
+
+/** A call of a client function (tool.calls stands for "requested"). */
+function onClientCall(c, responseId) {
+  if (calls.has(c.call_id)) return; // offered again after a resume: already shown
+  const call = { id: c.call_id, tool: c.tool, display: c.display_name || displayName(c.tool), kind: "client", responseId };
+  calls.set(c.call_id, call);
+  addActivity(call, c.args ?? {});
+  addStep(c.call_id, c.tool, "requested", compact(c.args ?? {}, 60));
+}
+
+function onToolStatus(event) {
+  let call = calls.get(event.call_id);
+  if (!call) {
+    const info = toolInfo.get(event.tool);
+    const kind = info?.kind === "client" ? "client" : "server";
+    const isAsync = event.status === "pending" || info?.execution === "async";
+    call = { id: event.call_id, tool: event.tool, display: displayName(event.tool), kind, isAsync, responseId: event.response_id };
+    calls.set(event.call_id, call);
+    if (kind === "server" && isAsync) addAsyncChip(call);
+    else addActivity(call, undefined); // server tools' arguments are not sent to the client
+  }
+  const detail = event.status === "progress" ? (event.progress?.stage ?? compact(event.progress, 40))
+    : event.duplicate ? "duplicate" : event.error ?? null;
+  addStep(event.call_id, event.tool, event.status, detail);
+  if (event.duplicate) return; // a repeat of an outcome already shown
+  if (call.isAsync) updateAsyncChip(call, event);
+  else updateActivity(call, event);
+}
+
+function onResumed(event) {
+  const missed = Math.max(0, (event.last_seq ?? 0) - (event.replayed_from ?? 0) + 1);
+  addNote(`↻ Connection restored: session resumed, ${missed} missed event${missed === 1 ? "" : "s"} replayed.`, { kind: "ok" });
+  for (const c of event.open_calls ?? []) addStep(c.call_id, c.tool, "offered again", `${Math.round(c.timeout ?? 0)} s left`);
+}
+
+/** Events were lost for good: redraw the conversation from the snapshot's transcript. */
+function onSnapshot(event) {
+  responses.clear();
+  messages.replaceChildren();
+  for (const entry of event.transcript ?? []) {
+    if (entry.role === "user") addUserBubble(entry.text);
+    else place(el("li", { class: "msg assistant", "data-state": "done" }, el("p", { class: "msg-text" }, entry.text)));
+  }
+  if (typeof event.last_seq === "number") highestSeq = event.last_seq;
+  running.clear();
+  updateStop();
+  addNote("Some events could not be replayed: the conversation was restored from a snapshot.", { kind: "warn" });
+}
+
+// ---- Event inspector ---------------------------------------------------------------------------
+
+const inspector = $("#inspector");
+const inspectorScroll = $("#inspector-scroll");
+let eventCount = 0;
+
+/** One row per protocol event: seq (– for connection-level events), type, compact JSON; expand for all of it. */
+function logEvent(event) {
+  const seq = hasSeq(event) ? String(event.seq) : "–";
+  const { type, seq: _seq, ...fields } = event;
+  // The preview leads with what differs between events; ids and empty fields come last or not at all.
+  const rest = {};
+  for (const key of PREVIEW_FIRST) if (fields[key] != null) rest[key] = fields[key];
+  for (const [key, value] of Object.entries(fields)) if (value != null && !(key in rest) && !key.endsWith("_id")) rest[key] = value;
+  for (const [key, value] of Object.entries(fields)) if (value != null && !(key in rest)) rest[key] = value;
+  const body = el("pre", { class: "event-json" });
+  const details = el("details", {},
+    el("summary", {},
+      el("span", { class: "event-seq" }, seq),
+      el("span", { class: "event-type" }, type),
+      el("code", { class: "event-preview" }, compact(rest, 160))),
+    body);
+  // Pretty JSON is rendered on first expand only: text deltas are many.
+  details.addEventListener("toggle", () => { if (details.open && !body.textContent) body.textContent = pretty(event); });
+  const stick = inspectorScroll.scrollHeight - inspectorScroll.scrollTop - inspectorScroll.clientHeight < 60;
+  inspector.append(el("li", { class: "event", "data-seq": seq, "data-type": type }, details));
+  while (inspector.childElementCount > MAX_EVENT_ROWS) inspector.firstElementChild.remove();
+  eventCount += 1;
+  $("#event-count").textContent = `${eventCount} event${eventCount === 1 ? "" : "s"}`;
+  if (stick) inspectorScroll.scrollTop = inspectorScroll.scrollHeight;
+}
+
+/** The lifecycle of a tool call: requested → running/pending → progress… → completed (grouped by call id). */
+function addStep(callId, tool, step, detail) {
+  let steps = lifecycles.get(callId);
+  if (!steps) {
+    steps = el("ol", { class: "steps" });
+    const name = tool ?? calls.get(callId)?.tool ?? "tool";
+    $("#call-list").append(el("li", { class: "call", "data-call-id": callId },
+      el("div", { class: "call-head" }, el("strong", {}, name), " ", el("code", {}, callId)), steps));
+    lifecycles.set(callId, steps);
+    $(".call-empty").hidden = true;
+  }
+  steps.append(el("li", { class: "step", "data-step": step, title: detail ?? undefined },
+    step, detail ? el("span", { class: "step-detail" }, ` ${detail}`) : null));
+}
+
+function bindInspector() {
+  $("#hide-deltas").addEventListener("change", (e) => inspector.classList.toggle("hide-deltas", e.target.checked));
+  $("#clear-events").addEventListener("click", () => {
+    inspector.replaceChildren();
+    eventCount = 0;
+    $("#event-count").textContent = "0 events";
+  });
+}
+
+// ---- Tools panel: GET /v1/tools, and POST /v1/tools/{name}/test for server tools ---------------
+
+let toolsFallback = false; // /v1/tools failed: show the session's tool list instead
+
+async function loadTools() {
+  try {
+    const response = await fetch("/v1/tools", { headers: { accept: "application/json" } });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const data = await response.json();
+    for (const tool of data.tools ?? []) toolInfo.set(tool.name, tool);
+    renderTools(data.tools ?? [], data.agent);
+  } catch (err) {
+    toolsFallback = true;
+    $("#tools-status").textContent = `Could not load /v1/tools (${err.message}); showing the session's tools, without schemas.`;
+    if (session) renderTools(session.tools ?? [], session.agent);
+  }
+}
+
+/** An example input: the known demo ones, else one built from the schema's required properties. */
+function exampleInput(tool) {
+  if (TOOL_EXAMPLES[tool.name]) return TOOL_EXAMPLES[tool.name];
+  const example = {};
+  const props = tool.input_schema?.properties ?? {};
+  for (const key of tool.input_schema?.required ?? []) {
+    const prop = props[key] ?? {};
+    const hint = /e\.g\. '([^']+)'/.exec(prop.description ?? "");
+    example[key] = prop.type === "integer" || prop.type === "number" ? 0 : prop.type === "boolean" ? false : hint ? hint[1] : "";
+  }
+  return example;
+}
+
+function renderTools(tools, agent) {
+  $("#tools-agent").textContent = agent ? `agent: ${agent}` : "";
+  if (!toolsFallback) $("#tools-status").hidden = true;
+  const list = $("#tools-list");
+  list.replaceChildren();
+  for (const tool of tools) {
+    const badges = el("p", { class: "badges" },
+      el("span", { class: `badge ${tool.kind}` }, tool.kind === "client" ? "client · runs in the page" : "server · runs on the gateway"),
+      el("span", { class: `badge ${tool.execution === "async" ? "async" : ""}` }, tool.execution || "sync"),
+      tool.delivery ? el("span", { class: "badge" }, `delivery: ${tool.delivery}`) : null,
+      tool.timeout ? el("span", { class: "badge" }, `timeout ${tool.timeout} s`) : null);
+    const card = el("article", { class: "tool", "data-tool": tool.name, "data-kind": tool.kind },
+      el("h3", {}, tool.display_name || tool.name, " ", el("code", {}, tool.name)),
+      badges,
+      tool.description ? el("p", { class: "tool-desc" }, tool.description) : null);
+    if (tool.input_schema) {
+      card.append(el("details", { class: "tool-schema" }, el("summary", {}, "Input schema"), el("pre", {}, pretty(tool.input_schema))));
+    }
+    const actions = el("div", { class: "tool-actions" });
+    if (tool.kind === "server") {
+      const inputId = `tool-input-${tool.name}`;
+      const input = el("textarea", { class: "tool-input", id: inputId, rows: 2, spellcheck: "false" });
+      input.value = JSON.stringify(exampleInput(tool));
+      const run = el("button", { class: "btn btn-primary btn-small tool-run", type: "button" }, "Run on the gateway");
+      const output = el("div", { class: "tool-output", "aria-live": "polite", hidden: true });
+      run.addEventListener("click", () => runTool(tool.name, input, run, output));
+      card.append(el("label", { for: inputId, class: "small" }, "Input (JSON)"), input, actions, output);
+      actions.append(run);
+    } else {
+      card.append(el("p", { class: "tool-note" }, "A client function: it runs in the client (this page), when the model calls it over the WebSocket. Nothing to run on the gateway; try it from the chat."), actions);
+    }
+    if (TOOL_PROMPTS[tool.name]) {
+      const tryIt = el("button", { class: "btn btn-ghost btn-small tool-try", type: "button" }, `Try in chat: “${TOOL_PROMPTS[tool.name]}”`);
+      tryIt.addEventListener("click", () => { composer.value = TOOL_PROMPTS[tool.name]; showView("chat"); composer.focus(); });
+      actions.append(tryIt);
+    }
+    list.append(card);
+  }
+}
+
+async function runTool(name, input, button, output) {
+  const show = (ok, heading, body) => {
+    output.replaceChildren(el("p", { class: "tool-output-head" }, heading), el("pre", {}, body));
+    output.hidden = false;
+    output.removeAttribute("aria-busy");
+    output.dataset.ok = String(ok); // set last: tests wait for it
+  };
+  let body;
+  try {
+    body = JSON.parse(input.value.trim() || "{}");
+  } catch (err) {
+    show(false, "✗ Invalid JSON", err.message);
+    return;
+  }
+  button.disabled = true;
+  output.removeAttribute("data-ok");
+  output.setAttribute("aria-busy", "true");
+  output.hidden = false;
+  output.replaceChildren(el("p", { class: "tool-output-head" }, "Running…"));
+  const started = performance.now();
+  try {
+    const response = await fetch(`/v1/tools/${encodeURIComponent(name)}/test`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    let data;
+    try { data = await response.json(); } catch { data = { error: `HTTP ${response.status} ${response.statusText}` }; }
+    const ms = data?.duration_ms ?? Math.round(performance.now() - started);
+    const ok = response.ok && data?.error == null;
+    const where = response.ok ? `${ms} ms` : `HTTP ${response.status}`;
+    if (ok) show(true, `✓ Output · ${where}`, pretty(data.output));
+    else show(false, `✗ Error · ${where}`, String(data?.error ?? "unknown error"));
+  } catch (err) {
+    show(false, "✗ Request failed", err.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---- Connection state pill ---------------------------------------------------------------------
+
+function setConnection({ state, reconnects } = {}) {
+  const pill = $("#connection");
+  const previous = pill.dataset.state;
+  const count = Number(reconnects ?? conv?.reconnects ?? 0) || 0;
+  pill.dataset.state = state in CONNECTION_LABELS ? state : "closed";
+  pill.dataset.reconnects = String(count);
+  $(".pill-label", pill).textContent = `${CONNECTION_LABELS[pill.dataset.state]}${count ? ` · resumed ${count}×` : ""}`;
+  if (state === "reconnecting" && previous === "open") addNote("Connection dropped: reconnecting. The session waits on the gateway.", { kind: "warn" });
+  if (state === "closed" && previous !== "closed") {
+    addNote("Offline: the connection to the gateway is closed.", { kind: "error", action: { label: "Start again", run: () => location.reload() } });
+  }
+  refreshNetworkInfo();
+}
+
+// ---- Composer, suggestions, keyboard -----------------------------------------------------------
+
+function describeError(err) {
+  if (sdk?.SessionClosed && err instanceof sdk.SessionClosed) return `The session is closed (${err.message}).`;
+  if (sdk?.ResumeGap && err instanceof sdk.ResumeGap) return `Events were lost while reconnecting (${err.message}).`;
+  if (sdk?.ServerError && err instanceof sdk.ServerError) return `The gateway refused: ${err.code ? `${err.code}: ` : ""}${err.message}`;
+  return err?.message ?? String(err);
+}
+
+async function send(raw) {
+  const text = String(raw ?? "").trim();
+  if (!text) return;
+  const bubble = addUserBubble(text);
+  try {
+    const client = await ready;
+    const id = await client.post(text);
+    if (id) bubble.dataset.messageId = id;
+  } catch (err) {
+    bubble.dataset.state = "failed";
+    bubble.append(el("span", { class: "msg-status" }, "Not sent"));
+    addNote(describeError(err), { kind: "error" });
+  }
+}
+
+async function stop() {
+  if (!conv || running.size === 0) return;
+  try { await conv.cancel(); } catch (err) { addNote(`Could not stop: ${describeError(err)}`, { kind: "error" }); }
+}
+
+function autosize() {
+  composer.style.height = "auto";
+  composer.style.height = `${Math.min(composer.scrollHeight, 160)}px`;
+}
+
+function bindComposer() {
+  $("#composer-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = composer.value;
+    composer.value = "";
+    autosize();
+    send(text);
+  });
+  composer.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      $("#composer-form").requestSubmit();
+    }
+  });
+  composer.addEventListener("input", autosize);
+  stopButton.addEventListener("click", stop);
+  for (const chip of document.querySelectorAll(".suggestion")) chip.addEventListener("click", () => send(chip.textContent));
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape" || e.defaultPrevented) return;
+    if (!settingsPanel.hidden) closeSettings();
+    else if (running.size) stop();
+  });
+}
+
+// ---- Tabs (small screens): chat / tools / inspector, with arrow keys inside the tab list -------
+
+const TABS = { chat: "#tab-chat", tools: "#tab-tools", inspector: "#tab-inspector" };
+
+function showView(view) {
+  $("#layout").dataset.view = view;
+  for (const [name, selector] of Object.entries(TABS)) {
+    const tab = $(selector);
+    tab.setAttribute("aria-selected", String(name === view));
+    tab.tabIndex = name === view ? 0 : -1;
+  }
+}
+
+function bindTabs() {
+  const names = Object.keys(TABS);
+  for (const name of names) $(TABS[name]).addEventListener("click", () => showView(name));
+  $(".tabs").addEventListener("keydown", (e) => {
+    if (e.key !== "ArrowLeft" && e.key !== "ArrowRight") return;
+    const visible = names.filter((n) => !$(TABS[n]).hidden);
+    const at = visible.indexOf($("#layout").dataset.view);
+    const next = visible[(at + (e.key === "ArrowRight" ? 1 : visible.length - 1)) % visible.length];
+    showView(next);
+    $(TABS[next]).focus();
+  });
+}
+
+// ---- Boot: the page works (settings, tools panel) even if the SDK or the socket fails ----------
+
+async function boot() {
+  try {
+    sdk = await import(SDK_URL);
+  } catch (err) {
+    setConnection({ state: "closed", reconnects: 0 });
+    addNote(`Could not load the browser SDK from ${SDK_URL}: ${err.message}`, { kind: "error" });
+    throw err;
+  }
+  conv = new sdk.GatewayClient(WS_URL, { reconnect: true });
+  registerClientFunctions();
+  conv.on("*", handleEvent);
+  conv.on("connection", setConnection);
+  try {
+    await conv.connect();
+    const created = await conv.start();
+    // "*" may have delivered session.created already; otherwise handle the one start() returns.
+    if (!session && created) handleEvent({ type: "session.created", ...created });
+  } catch (err) {
+    setConnection({ state: "closed", reconnects: conv.reconnects ?? 0 });
+    addNote(`Could not start a session: ${describeError(err)}`, { kind: "error" });
+    throw err;
+  }
+  return conv;
+}
+
+loadSettings();
+applySettings();
+bindSettings();
+bindInspector();
+bindComposer();
+bindTabs();
+loadTools();
+const ready = boot();
+ready.catch(() => { /* reported in the conversation */ });
