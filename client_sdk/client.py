@@ -379,36 +379,38 @@ class Conversation:
                 await websocket.send(encode(resume).decode())
                 async with asyncio.timeout(10):
                     first = decode_server(await websocket.recv())
+                    gap = (
+                        decode_server(await websocket.recv())
+                        if isinstance(first, Error) and first.code == "resume_gap"
+                        else None
+                    )
             except websockets.ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd else 1006
                 if code in _FINAL:
                     self._finish(SessionClosed(code, exc.rcvd.reason if exc.rcvd else ""))
                     return False
-            except (OSError, TimeoutError, websockets.InvalidHandshake):
-                pass  # the gateway is not reachable yet: wait and try again
+            except (OSError, TimeoutError, websockets.InvalidHandshake, msgspec.DecodeError):
+                pass  # the gateway is not reachable (or not answering) yet: try again
             else:
                 self._ws = websocket
                 self.reconnects += 1
-                await self._after_resume(first)
+                await self._after_resume(first, gap)
                 return True
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
             delay = min(delay * 2, self._max_delay)
         return False
 
-    async def _after_resume(self, first: Outbound) -> None:
-        assert self._ws is not None
+    async def _after_resume(self, first: Outbound, gap: Outbound | None) -> None:
         open_calls: list[ClientCall] = []
-        if isinstance(first, Error) and first.code == "resume_gap":
-            snapshot = decode_server(await self._ws.recv())
-            if isinstance(snapshot, SessionSnapshot):
-                self.last_seq = snapshot.last_seq
-                for queue in self._subscribers:
-                    queue.put_nowait(snapshot)
-                open_calls = snapshot.open_calls
+        if isinstance(gap, SessionSnapshot):
+            self.last_seq = gap.last_seq
+            open_calls = gap.open_calls
         elif isinstance(first, SessionResumed):
             open_calls = first.open_calls
-            for queue in self._subscribers:
-                queue.put_nowait(first)
+        for event in (first, gap):
+            if event is not None:
+                for queue in self._subscribers:
+                    queue.put_nowait(event)
         # What may have been lost on the way out goes again; the gateway applies it once.
         if self._unconfirmed:
             await self._send(ToolResults(results=list(self._unconfirmed.values())))
