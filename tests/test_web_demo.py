@@ -124,3 +124,27 @@ async def test_the_tools_panel_runs_a_server_tool(page: Page):
     await expect(output).to_contain_text("in_stock")
     client = page.locator('.tool[data-tool="get_battery_level"]')
     await expect(client.locator("button.tool-run")).to_have_count(0)
+
+
+async def test_on_a_phone_sized_screen_by_keyboard(demo: Gateway):
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=FLAGS
+        )
+        page = await browser.new_page(viewport={"width": 375, "height": 667}, is_mobile=True)
+        try:
+            await page.goto(demo.url.replace("ws://", "http://").removesuffix("/v1/realtime") + "/")
+            await expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+            await page.locator("#composer").focus()
+            await page.keyboard.type("nearest store to 92031")
+            await page.keyboard.press("Enter")
+            await expect(last_answer(page)).to_contain_text("The nearest store to 92031 is Vista")
+            await page.locator("#tab-tools").click()
+            tool = page.locator('.tool[data-tool="check_stock"]')
+            await expect(tool).to_be_visible()
+            await tool.locator("button.tool-run").click()
+            await expect(tool.locator(".tool-output")).to_have_attribute("data-ok", "true")
+        finally:
+            SHOTS.mkdir(exist_ok=True)
+            await page.screenshot(path=SHOTS / "test_on_a_phone_sized_screen.png")
+            await browser.close()
