@@ -40,6 +40,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a client has to answer a client-function call that sets no timeout."""
     server_tool_timeout: float = 30.0
     """Seconds a server tool may run when its definition sets no timeout."""
+    first_message_timeout: float = 10.0
+    """Seconds a new socket has to send its first message before it is closed (1008)."""
     session_ttl: float = 120.0
     """Seconds a session lives on after its socket is gone, waiting for ``session.resume``."""
     replay_max_events: int = 10_000

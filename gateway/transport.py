@@ -69,7 +69,14 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
 
 async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver | None:
     """Read the first frame and attach the socket to its session."""
-    first = await reader.next()
+    try:
+        async with asyncio.timeout(runtime.config.first_message_timeout):
+            first = await reader.next()
+    except TimeoutError:
+        # A socket that says nothing holds resources for nothing (pings keep it alive).
+        log.info("first_message_timeout")
+        conn.close(CloseCode.POLICY, "no session.start or session.resume in time")
+        return None
     if first is None:
         return None
     if isinstance(first, SessionResume):

@@ -182,3 +182,11 @@ async def test_a_client_offering_no_subprotocol_is_served(url):
         assert conn.websocket.subprotocol is None
         await conn.send(SessionStart())
         assert isinstance(await conn.recv(), SessionCreated)
+
+
+async def test_a_socket_that_says_nothing_is_closed_with_1008():
+    async with running_gateway(first_message_timeout=0.2) as url, connect_raw(url) as conn:
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await conn.recv(within=5)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1008
