@@ -63,6 +63,8 @@ from gateway.protocol import (
 __all__ = ["Conversation", "connect"]
 
 F = Callable[..., Any]
+MAX_FRAME_SIZE = 64 * 2**20
+"""Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
 # Closes after which resuming makes no sense: the session is gone or not ours.
 _FINAL = {
     CloseCode.NORMAL,
@@ -142,7 +144,9 @@ class Conversation:
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Conversation:
-        self._ws = await websockets.connect(self._url, subprotocols=[Subprotocol(SUBPROTOCOL)])
+        self._ws = await websockets.connect(
+            self._url, subprotocols=[Subprotocol(SUBPROTOCOL)], max_size=MAX_FRAME_SIZE
+        )
         self._reader = asyncio.create_task(self._read_loop(), name="client_sdk:reader")
         return self
 
@@ -369,7 +373,7 @@ class Conversation:
         while not self._closing:
             try:
                 websocket = await websockets.connect(
-                    self._url, subprotocols=[Subprotocol(SUBPROTOCOL)]
+                    self._url, subprotocols=[Subprotocol(SUBPROTOCOL)], max_size=MAX_FRAME_SIZE
                 )
                 resume = SessionResume(
                     session_id=self.session.session_id,

@@ -70,5 +70,6 @@ class Connection:
 async def connect_raw(url: str, **kwargs: Any) -> AsyncIterator[Connection]:
     """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets)."""
     kwargs.setdefault("subprotocols", [SUBPROTOCOL])
+    kwargs.setdefault("max_size", 64 * 2**20)  # snapshots carry whole transcripts
     async with websockets.connect(url, **kwargs) as websocket:
         yield Connection(websocket)
