@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
-from gateway.protocol import ToolSpec
+from gateway.protocol import ToolSpec, struct_schema
 
 __all__ = ["ClientFunction", "make_function"]
 
@@ -62,7 +62,11 @@ def make_function(
     spec = ToolSpec(
         name=fn_name,
         description=(description or inspect.getdoc(func) or fn_name.replace("_", " ")).strip(),
-        input_schema=input_schema or _schema(args_type),
+        input_schema=(
+            struct_schema(args_type)
+            if args_type is not None
+            else input_schema or {"type": "object", "properties": {}}
+        ),
         output_schema=output_schema,
         display_name=display_name,
         timeout=timeout,
@@ -82,14 +86,3 @@ def _args_type(name: str, func: Callable[..., Any]) -> type[msgspec.Struct]:
         else:
             fields.append((param.name, annotation, param.default))
     return msgspec.defstruct(f"{name}_args", fields, kw_only=True, forbid_unknown_fields=True)
-
-
-def _schema(args_type: type[msgspec.Struct] | None) -> dict[str, Any]:
-    if args_type is None:
-        return {"type": "object", "properties": {}}
-    (ref,), components = msgspec.json.schema_components([args_type], ref_template="#/$defs/{name}")
-    root: dict[str, Any] = dict(components.pop(ref["$ref"].rsplit("/", 1)[-1]))
-    root.pop("title", None)
-    if components:
-        root["$defs"] = components
-    return root

@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from gateway import __version__
 from gateway.agent import DEMO_AGENT, Agent, load_agent
 from gateway.config import Config
-from gateway.connection import Connection
+from gateway.connection import Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
@@ -63,10 +63,10 @@ class Runtime:
         self.closing = False
         self._runs: dict[str, asyncio.Task[None]] = {}
 
-    def connection(self, socket: object) -> Connection:
+    def connection(self, socket: Socket) -> Connection:
         """Wrap a socket with this gateway's outbound bounds."""
         return Connection(
-            socket,  # type: ignore[arg-type]  # Starlette's WebSocket fits connection.Socket
+            socket,
             soft_size=self.config.outbound_soft_size,
             hard_size=self.config.outbound_hard_size,
         )

@@ -55,10 +55,6 @@ class Connection:
         return self._closing is not None
 
     @property
-    def queued_size(self) -> int:
-        return self._queue.size
-
-    @property
     def merged(self) -> int:
         return self._queue.merged
 

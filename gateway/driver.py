@@ -126,11 +126,6 @@ class Driver:
     def connection(self) -> Connection | None:
         return self._conn
 
-    @property
-    def task_count(self) -> int:
-        """Model streams and tools still running (0 once ``run`` has returned)."""
-        return len(self._tasks)
-
     def feed(self, event: Event) -> None:
         """Queue an event for the session (from any task of this loop)."""
         self._events.put_nowait(event)
@@ -158,19 +153,23 @@ class Driver:
                     continue
                 if isinstance(event, Ack):
                     await self._store.trim_events(self.session_id, event.seq)
-                self.session.receive(event, now=self._clock())
-                for effect in self.session.effects():
-                    await self._execute(effect)
-                if self.session.responding:
-                    self.quiet.clear()
-                else:
-                    self.quiet.set()
+                await self._apply(event)
         finally:
             await self._cancel_all()
             await self._store.end_session(self.session_id)
             self.quiet.set()
 
     # ----------------------------------------------------------------- events
+
+    async def _apply(self, event: Event) -> None:
+        """Give the core one event and carry out what it asks for."""
+        self.session.receive(event, now=self._clock())
+        for effect in self.session.effects():
+            await self._execute(effect)
+        if self.session.responding:
+            self.quiet.clear()
+        else:
+            self.quiet.set()
 
     async def _next_event(self) -> Event | _DriverEvent:
         expiry = self._expiry()
@@ -207,18 +206,12 @@ class Driver:
                 self._conn, self._detached_at = None, self._clock()
                 log.info("session_detached", last_seq=self.session.last_seq, ended=end)
                 if end:
-                    self.session.receive(Disconnected(), now=self._clock())
-                    for effect in self.session.effects():
-                        await self._execute(effect)
+                    await self._apply(Disconnected())
             case _Stop():
-                self.session.receive(ShuttingDown(), now=self._clock())
-                for effect in self.session.effects():
-                    await self._execute(effect)
+                await self._apply(ShuttingDown())
                 if self._conn is not None:
                     self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
-                self.session.receive(Disconnected(), now=self._clock())
-                for effect in self.session.effects():
-                    await self._execute(effect)
+                await self._apply(Disconnected())
             case _:
                 pass
 

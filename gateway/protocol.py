@@ -53,6 +53,7 @@ __all__ = [
     "decode_server",
     "encode",
     "protocol_schema",
+    "struct_schema",
 ]
 
 PROTOCOL_VERSION = 1
@@ -415,6 +416,19 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     return DecodeFailure(
         code="invalid_message", message=f"invalid {msg_type}: {detail}", in_reply_to=in_reply_to
     )
+
+
+def struct_schema(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """A self-contained JSON Schema with the Struct itself at the root (the form tool
+    input and output schemas take), nested Structs under ``$defs``."""
+    (ref,), components = msgspec.json.schema_components(
+        [struct_type], ref_template="#/$defs/{name}"
+    )
+    root: dict[str, Any] = dict(components.pop(ref["$ref"].rsplit("/", 1)[-1]))
+    root.pop("title", None)
+    if components:
+        root["$defs"] = components
+    return root
 
 
 def protocol_schema() -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Literal, get_type_hints
 import msgspec
 
 from gateway.errors import ConfigError
+from gateway.protocol import struct_schema
 from gateway.schema import SchemaValidator, schema_problem
 
 __all__ = [
@@ -188,19 +189,6 @@ class ServerTool:
         return dataclasses.replace(self, definition=definition)
 
 
-def _struct_schema(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
-    """A self-contained JSON Schema with the Struct itself at the root."""
-    (ref,), components = msgspec.json.schema_components(
-        [struct_type], ref_template="#/$defs/{name}"
-    )
-    root_name = ref["$ref"].rsplit("/", 1)[-1]
-    root: dict[str, Any] = dict(components.pop(root_name))
-    root.pop("title", None)
-    if components:
-        root["$defs"] = components
-    return root
-
-
 def tool(
     *,
     name: str | None = None,
@@ -243,7 +231,7 @@ def tool(
             raise ConfigError(f"tool {tool_name!r}: its argument must be a msgspec Struct")
         output_type = hints.get("return")
         output_schema = (
-            _struct_schema(output_type)
+            struct_schema(output_type)
             if isinstance(output_type, type) and issubclass(output_type, msgspec.Struct)
             else None
         )
@@ -252,7 +240,7 @@ def tool(
             description=(description or inspect.getdoc(func) or "").strip(),
             kind="server",
             input_schema=(
-                _struct_schema(input_type)
+                struct_schema(input_type)
                 if input_type is not None
                 else {"type": "object", "properties": {}}
             ),

@@ -102,20 +102,17 @@ _REFUSALS = {
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
     """Feed frames to the driver until the socket or the connection ends."""
-    closed = asyncio.create_task(conn.done.wait())
+
+    async def end_when_closed() -> None:
+        await conn.done.wait()
+        reader.end()  # closed by the server (takeover, 1013...): nothing more to read
+
+    watcher = asyncio.create_task(end_when_closed())
     try:
-        while True:
-            frame = asyncio.create_task(reader.next())
-            done, _ = await asyncio.wait({frame, closed}, return_when=asyncio.FIRST_COMPLETED)
-            if frame not in done:
-                frame.cancel()
-                return
-            message = frame.result()
-            if message is None:
-                return
+        while (message := await reader.next()) is not None:
             driver.feed(message)
     finally:
-        closed.cancel()
+        watcher.cancel()
 
 
 class _Reader:
@@ -139,6 +136,12 @@ class _Reader:
                 self._queue.put_nowait(_BINARY if text is None else decode_client(text))
         finally:
             self._queue.put_nowait(None)
+
+    def end(self) -> None:
+        """Drop what is unread: ``next`` returns ``None`` from now on."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queue.put_nowait(None)
 
     async def next(self) -> Inbound | DecodeFailure | None:
         """The next frame, or ``None`` once the socket is gone (for good)."""

@@ -7,8 +7,11 @@ from pathlib import Path
 import msgspec
 
 from gateway.errors import ConfigError
+from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider
-from gateway.providers.http import HttpModel, api_key_from_env
+from gateway.providers.gemini import GeminiProvider
+from gateway.providers.http import HttpModel, HttpProvider, api_key_from_env
+from gateway.providers.openai import OpenAIProvider
 from gateway.providers.scripted import ScriptedProvider, load_scenario
 
 __all__ = ["PROVIDERS", "ModelSettings", "create_provider"]
@@ -76,14 +79,9 @@ def create_provider(
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )
-    if settings.provider == "openai":
-        from gateway.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(http, tools=settings.tools)
-    if settings.provider == "anthropic":
-        from gateway.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(http, tools=settings.tools)
-    from gateway.providers.gemini import GeminiProvider
-
-    return GeminiProvider(http, tools=settings.tools)
+    adapters: dict[str, type[HttpProvider]] = {
+        "openai": OpenAIProvider,
+        "anthropic": AnthropicProvider,
+        "gemini": GeminiProvider,
+    }
+    return adapters[settings.provider](http, tools=settings.tools)

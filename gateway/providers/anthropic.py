@@ -27,11 +27,11 @@ from gateway.providers.base import (
 )
 from gateway.providers.http import (
     HttpProvider,
+    json_object,
     outcome_json,
     safe_call_id,
     tool_call,
 )
-from gateway.providers.openai import _json
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicProvider", "anthropic_messages"]
@@ -118,7 +118,7 @@ class AnthropicProvider(HttpProvider):
         stop: str | None = None
         input_tokens = output_tokens = 0
         async for event in self._stream(url, self.body(request), headers):
-            data = _json(event.data)
+            data = json_object(event.data)
             kind = event.event if event.event != "message" else data.get("type")
             if kind == "message_start":
                 usage = (data.get("message") or {}).get("usage") or {}

@@ -56,7 +56,6 @@ class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
 
     name: str
     args: dict[str, Any]
-    provider_call_id: str | None = None
     args_error: str | None = None
     """Set when the model's arguments were not a JSON object: the call fails at once."""
 

@@ -22,8 +22,7 @@ from gateway.providers.base import (
     ModelText,
     ModelUsage,
 )
-from gateway.providers.http import HttpProvider, safe_call_id, tool_call
-from gateway.providers.openai import _json
+from gateway.providers.http import HttpProvider, json_object, safe_call_id, tool_call
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 __all__ = ["GeminiProvider", "gemini_contents"]
@@ -118,7 +117,7 @@ class GeminiProvider(HttpProvider):
         finish: str | None = None
         usage: ModelUsage | None = None
         async for event in self._stream(url, self.body(request), headers):
-            chunk = _json(event.data)
+            chunk = json_object(event.data)
             if chunk.get("error"):
                 error = chunk["error"]
                 message = error.get("message", error) if isinstance(error, dict) else error

@@ -10,6 +10,7 @@ request at once (the connection is dropped, not returned to the pool).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import os
@@ -24,14 +25,15 @@ import httpx
 import msgspec
 import structlog
 
-from gateway.errors import ConfigError, ProviderError
-from gateway.providers.base import Capabilities, ModelToolCall
+from gateway.errors import ProviderError
+from gateway.providers.base import Capabilities, ModelEvent, ModelRequest, ModelToolCall
 
 __all__ = [
     "HttpModel",
     "HttpProvider",
     "SseEvent",
     "api_key_from_env",
+    "json_object",
     "outcome_json",
     "retry_delay",
     "safe_call_id",
@@ -109,7 +111,7 @@ def safe_call_id(call_id: str) -> str:
     return _UNSAFE.sub("_", call_id)[:64] or "call"
 
 
-class HttpProvider:
+class HttpProvider(abc.ABC):
     """Base of the HTTP adapters: subclasses build the request and parse the stream."""
 
     name = "http"
@@ -120,6 +122,10 @@ class HttpProvider:
         self.transport: httpx.AsyncBaseTransport | None = None
         """Replaces the network (benchmarks and tests may set one)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+    @abc.abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """The model's events for ``request`` (see ``gateway.providers.base.Provider``)."""
 
     async def aclose(self) -> None:
         """Close the pooled connections (at shutdown)."""
@@ -202,9 +208,14 @@ def _http_error(response: httpx.Response) -> str:
     return f"the model answered HTTP {response.status_code}: {detail}"
 
 
-def require(value: str | None, what: str) -> str:
-    if not value:
-        raise ConfigError(f"model: {what} is required")
+def json_object(data: str) -> dict[str, Any]:
+    """One streamed chunk, which must be a JSON object."""
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ProviderError("the model sent a chunk that is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ProviderError("the model sent a chunk that is not a JSON object")
     return value
 
 

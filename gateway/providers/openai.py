@@ -21,6 +21,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.http import (
     HttpProvider,
+    json_object,
     outcome_json,
     safe_call_id,
     tool_call,
@@ -103,7 +104,7 @@ class OpenAIProvider(HttpProvider):
         async for event in self._stream(url, self.body(request), headers):
             if event.data == "[DONE]":
                 break
-            chunk = _json(event.data)
+            chunk = json_object(event.data)
             if chunk.get("usage"):
                 usage = ModelUsage(
                     input_tokens=chunk["usage"].get("prompt_tokens", 0),
@@ -124,13 +125,3 @@ class OpenAIProvider(HttpProvider):
         for index in sorted(calls):
             yield tool_call(calls[index]["name"], calls[index]["arguments"])
         yield ModelFinish(reason=finish, usage=usage)
-
-
-def _json(data: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ProviderError("the model sent a chunk that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise ProviderError("the model sent a chunk that is not a JSON object")
-    return value
