@@ -7,12 +7,13 @@ import hashlib
 import hmac
 import secrets
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -22,7 +23,10 @@ from gateway.config import Config
 from gateway.connection import Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
+from gateway.metrics import CONTENT_TYPE, Metrics
+from gateway.observe import LogObserver
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
+from gateway.providers.base import ReportsRetries
 from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
@@ -32,10 +36,24 @@ __all__ = ["Runtime", "agent_from_config", "create_app", "new_id"]
 
 log = structlog.get_logger("gateway.app")
 
-# The web demo and the browser SDK, served from the source tree.
-_ROOT = Path(__file__).resolve().parent.parent
-WEB_DEMO = _ROOT / "web_demo"
-SDK_JS = _ROOT / "client_sdk" / "js"
+_READY_TIMEOUT = 1.0
+"""Seconds the store has to answer ``/readyz``'s ping."""
+
+
+def _package_dir(package: str, *parts: str) -> Path:
+    """A directory shipped inside a package (the wheel has them; so has the source tree).
+
+    Starlette serves files from a real directory, so a zipped install is refused.
+    """
+    resource = files(package).joinpath(*parts)
+    if not isinstance(resource, Path) or not resource.is_dir():
+        raise RuntimeError(f"{package}/{'/'.join(parts)} is not a directory on disk: {resource}")
+    return resource
+
+
+# The web demo and the browser SDK, from the installed packages (the wheel ships them).
+WEB_DEMO = _package_dir("web_demo")
+SDK_JS = _package_dir("client_sdk", "js")
 
 
 def new_id(prefix: str) -> str:
@@ -62,6 +80,27 @@ class Runtime:
         self.idle.set()
         self.closing = False
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self.metrics = Metrics()
+        """This gateway's Prometheus metrics (``GET /metrics``), on a registry of its own."""
+        provider = agent.provider
+        if isinstance(provider, ReportsRetries):
+            provider.on_retry = lambda reason: self.metrics.note_retry(provider.name, reason)
+
+    def note_refusal(self, label: str) -> None:
+        """Count a refused WebSocket connection under ``label`` (``no_token``...)."""
+        self.metrics.note_refusal(label)
+
+    async def readiness(self) -> str | None:
+        """Why this gateway should get no new sessions now, or ``None`` if it is ready."""
+        if self.closing:
+            return "shutting_down"
+        try:
+            async with asyncio.timeout(_READY_TIMEOUT):
+                await self.store.ping()
+        except Exception as exc:
+            log.warning("store_not_answering", error=type(exc).__name__)
+            return "store_not_answering"
+        return None
 
     def connection(self, socket: Socket) -> Connection:
         """Wrap a socket with this gateway's outbound bounds."""
@@ -104,6 +143,7 @@ class Runtime:
             server_tools=self.agent.server_tools,
             store=self.store,
             session_ttl=config.session_ttl,
+            observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
@@ -196,6 +236,15 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
             }
         )
 
+    async def ready(request: Request) -> JSONResponse:
+        reason = await runtime.readiness()
+        if reason is not None:
+            return JSONResponse({"status": "not_ready", "reason": reason}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    async def metrics(request: Request) -> Response:
+        return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
+
     async def list_tools(request: Request) -> JSONResponse:
         return JSONResponse(describe_tools(runtime.agent))
 
@@ -213,13 +262,15 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/healthz", health),
+        Route("/readyz", ready),
+        Route("/metrics", metrics),
         Route("/v1/tools", list_tools),
         Route("/v1/tools/{name}/test", test_tool, methods=["POST"]),
         WebSocketRoute("/v1/realtime", realtime_endpoint),
         Mount("/sdk", app=StaticFiles(directory=SDK_JS), name="sdk"),
+        Route("/", index),
+        Mount("/demo", app=StaticFiles(directory=WEB_DEMO)),
     ]
-    if WEB_DEMO.is_dir():
-        routes += [Route("/", index), Mount("/demo", app=StaticFiles(directory=WEB_DEMO))]
     app = Starlette(routes=routes)
     app.state.runtime = runtime
     return app

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -39,16 +39,12 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
     Ack,
     Error,
-    ResponseCreated,
-    ResponseDone,
     ServerMsg,
-    SessionCreated,
     SessionResumed,
-    ToolCalls,
-    ToolStatus,
     encode,
 )
 from gateway.providers.base import ModelFinish, Provider
@@ -90,6 +86,8 @@ class Driver:
         store: the event log and call ledger.
         session_ttl: seconds the session waits for a resume once detached.
         clock: wall-clock seconds; deadlines on the wire are Unix times.
+        observers: told every event the session sends, and its sockets coming and
+            going (logs, metrics); by default, the log observer alone.
     """
 
     def __init__(
@@ -101,6 +99,7 @@ class Driver:
         store: Store,
         session_ttl: float,
         clock: Callable[[], float] = time.time,
+        observers: Sequence[SessionObserver] | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -111,7 +110,9 @@ class Driver:
         self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
-        self._response_started: dict[str, float] = {}
+        self._observers: tuple[SessionObserver, ...] = (
+            tuple(observers) if observers is not None else (LogObserver(lambda: session.metadata),)
+        )
         self._conn: Connection | None = None
         self._detached_at: float | None = clock()
         self.quiet = asyncio.Event()
@@ -125,6 +126,10 @@ class Driver:
     @property
     def connection(self) -> Connection | None:
         return self._conn
+
+    def add_observer(self, observer: SessionObserver) -> None:
+        """Tell ``observer`` too about the session from now on."""
+        self._observers = (*self._observers, observer)
 
     def feed(self, event: Event) -> None:
         """Queue an event for the session (from any task of this loop)."""
@@ -145,6 +150,7 @@ class Driver:
 
     async def run(self) -> None:
         """Apply events until the session ends; then cancel and await all its work."""
+        self._tell(lambda observer, now: observer.started(now))
         try:
             while not self.session.closed:
                 event = await self._next_event()
@@ -158,6 +164,7 @@ class Driver:
             await self._cancel_all()
             await self._store.end_session(self.session_id)
             self.quiet.set()
+            self._tell(lambda observer, now: observer.ended(now))
 
     # ----------------------------------------------------------------- events
 
@@ -196,15 +203,22 @@ class Driver:
     async def _handle(self, event: _DriverEvent) -> None:
         match event:
             case _Attach(conn=conn, last_seq=last_seq):
-                if self._conn is not None and self._conn is not conn:
+                replaced = self._conn if self._conn is not conn else None
+                if replaced is not None:
                     log.info("session_taken_over")
-                    self._conn.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
+                    replaced.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
                 self._conn, self._detached_at = conn, None
+                self._tell(
+                    lambda observer, now: observer.attached(
+                        resumed=last_seq is not None, replaced=replaced is not None, now=now
+                    )
+                )
                 if last_seq is not None:
                     await self._replay(conn, last_seq)
             case _Detach(conn=conn, end=end) if conn is self._conn:
                 self._conn, self._detached_at = None, self._clock()
                 log.info("session_detached", last_seq=self.session.last_seq, ended=end)
+                self._tell(lambda observer, now: observer.detached(ended=end, now=now))
                 if end:
                     await self._apply(Disconnected())
             case _Stop():
@@ -230,8 +244,10 @@ class Driver:
                 else f"events after seq {last_seq} are gone"
             )
             error = Error(code="resume_gap", message=f"{why}; rebuild from the snapshot")
+            snapshot = self.session.snapshot(now)
             conn.replay(encode(error))
-            conn.replay(encode(self.session.snapshot(now)))
+            conn.replay(encode(snapshot))
+            self._notify_sent(error, snapshot)
             return
         resumed = SessionResumed(
             session_id=self.session_id,
@@ -240,6 +256,7 @@ class Driver:
             open_calls=self.session.open_client_calls(now),
         )
         conn.replay(encode(resumed))
+        self._notify_sent(resumed)  # the replayed events were observed when first sent
         for data in events:
             conn.replay(data)
         log.info("session_resumed", last_seq=last_seq, replayed=len(events))
@@ -249,7 +266,7 @@ class Driver:
     async def _execute(self, effect: Effect) -> None:
         match effect:
             case Send(msg=msg):
-                self._log_sent(msg)
+                self._notify_sent(msg)
                 data = encode(msg)
                 await self._store.append_event(self.session_id, msg.seq, data)
                 if self._conn is not None:
@@ -332,48 +349,17 @@ class Driver:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _log_sent(self, msg: ServerMsg) -> None:
-        """One line per noteworthy event; never user text or arguments, only sizes."""
-        match msg:
-            case SessionCreated(agent=agent, tools=tools):
-                log.info(
-                    "session_started",
-                    agent=agent,
-                    tools=len(tools),
-                    metadata_size=len(msgspec.json.encode(self.session.metadata)),
-                )
-            case ResponseCreated(response_id=response_id):
-                self._response_started[response_id] = self._clock()
-                log.info("response_started", response_id=response_id, call_id=msg.call_id)
-            case ResponseDone(response_id=response_id, usage=usage):
-                started = self._response_started.pop(response_id, self._clock())
-                log.info(
-                    "response_finished",
-                    response_id=response_id,
-                    status=msg.status,
-                    duration_ms=round((self._clock() - started) * 1000, 1),
-                    input_tokens=usage.input_tokens if usage else None,
-                    output_tokens=usage.output_tokens if usage else None,
-                )
-            case ToolCalls(response_id=response_id, calls=calls):
-                for call in calls:
-                    log.info(
-                        "client_call_sent",
-                        response_id=response_id,
-                        call_id=call.call_id,
-                        tool=call.tool,
-                        args_size=len(msgspec.json.encode(call.args)),
-                    )
-            case ToolStatus(status=status) if status not in ("running", "pending", "progress"):
-                log.info(
-                    "tool_call_settled",
-                    response_id=msg.response_id,
-                    call_id=msg.call_id,
-                    tool=msg.tool,
-                    status=status,
-                    duplicate=msg.duplicate,
-                )
-            case Error(code=code):
-                log.info("error_sent", code=code, call_id=msg.call_id, in_reply_to=msg.in_reply_to)
-            case _:
-                pass
+    # ----------------------------------------------------------------- observers
+
+    def _notify_sent(self, *msgs: ServerMsg) -> None:
+        for msg in msgs:
+            self._tell(lambda observer, now: observer.sent(msg, now))  # noqa: B023 (called now)
+
+    def _tell(self, news: Callable[[SessionObserver, float], None]) -> None:
+        """Give every observer the news; one failing observer costs the others nothing."""
+        now = self._clock()
+        for observer in self._observers:
+            try:
+                news(observer, now)
+            except Exception:
+                log.exception("observer_failed", observer=type(observer).__name__)

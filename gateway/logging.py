@@ -1,4 +1,11 @@
-"""structlog setup: JSON lines (or pretty output on a terminal), stdlib logs included."""
+"""structlog setup: JSON lines (or pretty output on a terminal), stdlib logs included.
+
+A log line is never lost to a value: what msgspec cannot encode (an arbitrary object,
+an exception, a dict with tuple keys, a cycle) is written as its ``repr``.
+
+What is logged is the callers' business, with one rule for all: ids, names, sizes,
+codes and durations, never user text, tool arguments or outputs, or secrets.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +18,31 @@ import structlog
 
 __all__ = ["configure_logging"]
 
-_encoder = msgspec.json.Encoder()
+
+def _safe_repr(obj: object) -> str:
+    try:
+        return repr(obj)
+    except Exception:
+        return f"<unrepresentable {type(obj).__name__}>"
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_safe_repr)
+
+
+def _encodable(value: object) -> object:
+    try:
+        _encoder.encode(value)
+    except Exception:  # unsupported keys, cycles...: keep the line, lose only the detail
+        return _safe_repr(value)
+    return value
 
 
 def _serialize(obj: Any, **_: Any) -> str:
-    return _encoder.encode(obj).decode()
+    """The event dict as one JSON line; each value that cannot be encoded becomes its repr."""
+    try:
+        return _encoder.encode(obj).decode()
+    except Exception:
+        return _encoder.encode({str(k): _encodable(v) for k, v in obj.items()}).decode()
 
 
 def configure_logging(level: str = "info", *, json: bool | None = None) -> None:

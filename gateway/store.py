@@ -54,6 +54,9 @@ class Store(Protocol):
 
     async def load_calls(self, session_id: str) -> list[Call]: ...
 
+    async def ping(self) -> None:
+        """Return if the store answers (``/readyz``); raise if it cannot serve."""
+
 
 @dataclass
 class _Log:
@@ -147,6 +150,9 @@ class MemoryStore:
 
     async def load_calls(self, session_id: str) -> list[Call]:
         return list(self._calls.get(session_id, {}).values())
+
+    async def ping(self) -> None:
+        """Always answers: it is this process's memory."""
 
     def log_size(self, session_id: str) -> tuple[int, int]:
         """(events, bytes) logged for a session: for tests and metrics."""

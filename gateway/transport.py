@@ -38,11 +38,14 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if offered and SUBPROTOCOL not in offered:
         # A client asking only for other protocols (say a future gateway.v2) must not be
         # served v1 by surprise; closing before accept refuses the handshake (HTTP 403).
-        log.info("subprotocol_refused", offered=offered[:4])
-        await websocket.close(code=CloseCode.POLICY)
+        await _refuse(
+            runtime, websocket, CloseCode.POLICY, "unsupported subprotocol", label="subprotocol"
+        )
         return
     if runtime.closing:
-        await websocket.close(code=CloseCode.SERVICE_RESTART)
+        await _refuse(
+            runtime, websocket, CloseCode.SERVICE_RESTART, "shutting down", label="shutting_down"
+        )
         return
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
     conn = runtime.connection(websocket)
@@ -74,16 +77,21 @@ async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver |
             first = await reader.next()
     except TimeoutError:
         # A socket that says nothing holds resources for nothing (pings keep it alive).
-        log.info("first_message_timeout")
-        conn.close(CloseCode.POLICY, "no session.start or session.resume in time")
+        await _refuse(
+            runtime,
+            conn,
+            CloseCode.POLICY,
+            "no session.start or session.resume in time",
+            label="first_message_timeout",
+        )
         return None
     if first is None:
         return None
     if isinstance(first, SessionResume):
         found = await runtime.find_session(first)
         if isinstance(found, CloseCode):
-            log.info("resume_refused", close_code=int(found))
-            conn.close(found, _REFUSALS[found])
+            reason, label = _RESUME_REFUSALS[found]
+            await _refuse(runtime, conn, found, reason, label=label)
             return None
         found.attach(conn, first.last_seq)
         return found
@@ -93,11 +101,33 @@ async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver |
     return driver
 
 
-_REFUSALS = {
-    CloseCode.UNAUTHORIZED: "wrong resume token",
-    CloseCode.UNKNOWN_SESSION: "unknown session",
-    CloseCode.SESSION_EXPIRED: "session ended or expired",
+_RESUME_REFUSALS = {  # close code -> (reason sent, label counted)
+    CloseCode.UNAUTHORIZED: ("wrong resume token", "wrong_resume_token"),
+    CloseCode.UNKNOWN_SESSION: ("unknown session", "unknown_session"),
+    CloseCode.SESSION_EXPIRED: ("session ended or expired", "session_expired"),
 }
+
+
+async def _refuse(
+    runtime: Runtime,
+    websocket_or_conn: WebSocket | Connection,
+    code: CloseCode,
+    reason: str,
+    *,
+    label: str,
+) -> None:
+    """Refuse a WebSocket: log it, count it (``label``) and close it with ``code``.
+
+    Every refusal goes through here, so that logs and the ``rejected connections``
+    metric agree. Before the handshake is accepted (a ``WebSocket``) the close is an
+    HTTP 403 and ``reason`` is not sent; after it (a ``Connection``) both are.
+    """
+    log.info("connection_refused", label=label, close_code=int(code))
+    runtime.note_refusal(label)
+    if isinstance(websocket_or_conn, Connection):
+        websocket_or_conn.close(code, reason)
+    else:
+        await websocket_or_conn.close(code=code, reason=reason)
 
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:

@@ -34,7 +34,7 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.providers.base import ModelEvent, ModelRequest, Provider
+from gateway.providers.base import ModelEvent, ModelRequest, Provider, ReportsRetries, RetryListener
 
 TEST_AGENT = Path(__file__).parent / "data" / "agent.toml"
 
@@ -47,6 +47,15 @@ class RecordingProvider:
         self.name = inner.name
         self.capabilities = inner.capabilities
         self.requests: list[ModelRequest] = []
+
+    @property
+    def on_retry(self) -> RetryListener | None:
+        return self.inner.on_retry if isinstance(self.inner, ReportsRetries) else None
+
+    @on_retry.setter
+    def on_retry(self, listener: RetryListener | None) -> None:
+        if isinstance(self.inner, ReportsRetries):  # the gateway's metrics count retries
+            self.inner.on_retry = listener
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)

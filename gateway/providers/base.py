@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -18,6 +18,8 @@ __all__ = [
     "ModelToolCall",
     "ModelUsage",
     "Provider",
+    "ReportsRetries",
+    "RetryListener",
     "ToolSchema",
 ]
 
@@ -91,3 +93,17 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release pooled connections; called once when the gateway stops."""
+
+
+RetryListener = Callable[[str], None]
+"""Told the reason of each retried model request (``http_429``, ``ConnectError``...)."""
+
+
+@runtime_checkable
+class ReportsRetries(Protocol):
+    """A provider that retries, and says so to a listener (the gateway's metrics).
+
+    The listener is set by whoever serves the provider; providers never import metrics.
+    """
+
+    on_retry: RetryListener | None

@@ -26,7 +26,13 @@ import msgspec
 import structlog
 
 from gateway.errors import ProviderError
-from gateway.providers.base import Capabilities, ModelEvent, ModelRequest, ModelToolCall
+from gateway.providers.base import (
+    Capabilities,
+    ModelEvent,
+    ModelRequest,
+    ModelToolCall,
+    RetryListener,
+)
 
 __all__ = [
     "HttpModel",
@@ -121,6 +127,8 @@ class HttpProvider(abc.ABC):
         self.capabilities = Capabilities(tools=tools, parallel_tool_calls=tools)
         self.transport: httpx.AsyncBaseTransport | None = None
         """Replaces the network (benchmarks and tests may set one)."""
+        self.on_retry: RetryListener | None = None
+        """Told each retry's reason (the gateway's metrics set it; see ``ReportsRetries``)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     @abc.abstractmethod
@@ -171,6 +179,7 @@ class HttpProvider(abc.ABC):
                             log.info(
                                 "model_retrying", status=response.status_code, delay=round(delay, 3)
                             )
+                            self._report_retry(f"http_{response.status_code}")
                             attempt += 1
                             await asyncio.sleep(delay)
                             continue
@@ -193,8 +202,16 @@ class HttpProvider(abc.ABC):
                 raise ProviderError(f"cannot reach the model: {type(error).__name__}") from error
             delay = retry_delay(attempt, None)
             log.info("model_retrying", error=type(error).__name__, delay=round(delay, 3))
+            self._report_retry(type(error).__name__)
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _report_retry(self, reason: str) -> None:
+        if self.on_retry is not None:
+            try:
+                self.on_retry(reason)
+            except Exception:
+                log.exception("retry_listener_failed")
 
 
 def _http_error(response: httpx.Response) -> str:
