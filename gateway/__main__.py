@@ -21,6 +21,7 @@ from gateway.config import Config, from_env
 from gateway.errors import ConfigError
 from gateway.logging import configure_logging
 from gateway.protocol import protocol_schema
+from gateway.providers.http import HttpProvider
 
 __all__ = ["GatewayServer", "build_server", "main"]
 
@@ -76,10 +77,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     structlog.get_logger("gateway").info(
-        "gateway_starting", host=config.host, port=config.port, agent=config.agent or "demo"
+        "gateway_starting",
+        host=config.host,
+        port=config.port,
+        **_serving(app.state.runtime, config),
     )
     build_server(config, app).run()
     return 0
+
+
+def _serving(runtime: Runtime, config: Config) -> dict[str, str | None]:
+    """What the gateway serves, for the startup line: agent, provider, model, base URL.
+
+    Never the API key: only the settings that say which model answers.
+    """
+    provider = runtime.agent.provider
+    http = provider.settings if isinstance(provider, HttpProvider) else None
+    return {
+        "agent": runtime.agent.name,
+        "agent_file": config.agent or "demo",
+        "provider": provider.name,
+        "model": http.model if http else None,
+        "base_url": http.base_url if http else None,
+    }
 
 
 class GatewayServer(uvicorn.Server):

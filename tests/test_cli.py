@@ -66,6 +66,43 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
     sent = next(line for line in lines if line["event"] == "client_call_sent")
     assert (sent["call_id"], sent["tool"]) == (call.call_id, "get_battery_level")
     assert "args" not in sent  # sizes only, never arguments, at INFO
+    everything = "\n".join(json.dumps(line) for line in lines)
+    assert "battery level" not in everything  # the user's text is never logged
+    assert '"level": 0.5' not in everything  # nor a tool's output
+    starting = next(line for line in lines if line["event"] == "gateway_starting")
+    assert (starting["agent"], starting["provider"]) == ("demo", "scripted")
+
+
+async def test_startup_line_names_the_model_provider_and_base_url():
+    proc = await asyncio.create_subprocess_exec(
+        *GATEWAY,
+        "serve",
+        "--port",
+        "0",
+        "--model",
+        "openai:some-model",
+        "--base-url",
+        "http://127.0.0.1:9/v1",  # never called: no session is started
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "GATEWAY_LOG_LEVEL": "info", "OPENAI_API_KEY": "sk-secret-key"},
+    )
+    assert proc.stderr is not None
+    lines: list[dict[str, object]] = []
+    try:
+        async with asyncio.timeout(20):
+            async for raw in proc.stderr:
+                lines.append(json.loads(raw))
+                if "running on" in str(lines[-1]["event"]):
+                    break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.communicate()
+    starting = next(line for line in lines if line["event"] == "gateway_starting")
+    assert starting["provider"] == "openai"
+    assert starting["model"] == "some-model"
+    assert starting["base_url"] == "http://127.0.0.1:9/v1"
+    assert "sk-secret-key" not in json.dumps(lines)
 
 
 async def run_failing(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
