@@ -6,9 +6,10 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-CHROMIUM := /usr/bin/chromium
+APT_LOG := $(VENV)/apt.log
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test check fmt schema clean node-present
+.PHONY: run test check fmt schema clean system-packages
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,17 +20,22 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/gateway serve --host $(HOST) --port $(PORT)
 
-# The web demo's tests drive Debian's Chromium (never a downloaded browser); the browser
-# SDK's tests run on Node. Both come from the system's packages when missing.
-$(CHROMIUM):
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+# System packages the tests need, from Debian when missing: Chromium drives the web demo
+# (never a downloaded browser), Node runs the browser SDK's tests, nginx fronts the gateway
+# in the deploy test. apt's output goes to $(APT_LOG); its tail is shown if it fails.
+system-packages: $(STAMP)
+	@missing=""; \
+	test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	test -x /usr/sbin/nginx || missing="$$missing nginx"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing (apt output in $(APT_LOG))"; \
+		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive \
+			$(SUDO) apt-get install -y $$missing; } >$(APT_LOG) 2>&1 \
+		|| { tail -n 25 $(APT_LOG); echo "apt-get failed; full log in $(APT_LOG)"; exit 1; }; \
+	fi
 
-node-present:
-	command -v node >/dev/null || (apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs)
-
-test: $(STAMP) $(CHROMIUM) node-present check
+test: $(STAMP) system-packages check
 	node --test client_sdk/js
 	$(BIN)/python -m pytest
 

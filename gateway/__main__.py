@@ -148,6 +148,8 @@ def build_server(config: Config, app: Any) -> GatewayServer:
             ws_ping_timeout=config.ws_ping_timeout,
             log_config=None,
             lifespan="off",
+            proxy_headers=True,
+            forwarded_allow_ips=config.forwarded_allow_ips,
         ),
         runtime=app.state.runtime,
         grace=config.shutdown_timeout,

@@ -61,6 +61,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    forwarded_allow_ips: str = "127.0.0.1"
+    """Proxies trusted to set ``X-Forwarded-For``/``-Proto`` (comma-separated addresses,
+    or ``*``): the client address of a socket is the header's when it comes from one."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:
