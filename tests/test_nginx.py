@@ -31,6 +31,12 @@ TEMPLATE = ROOT / "deploy" / "nginx.conf"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 
 
+def nginx_binary() -> str:
+    # Never skipped: `make test` installs Debian's nginx when it is missing.
+    assert NGINX.exists(), f"{NGINX} is missing: `make test` installs it (apt-get install nginx)"
+    return str(NGINX)
+
+
 def render(upstream: str, listen: str) -> str:
     """deploy/nginx.conf with its placeholders filled in."""
     text = TEMPLATE.read_text()
@@ -74,8 +80,6 @@ def listening_socket() -> Iterator[socket.socket]:
 @asynccontextmanager
 async def nginx_in_front(gateway_port: int, run_dir: Path) -> AsyncIterator[int]:
     """nginx proxying to the gateway; yields the port nginx listens on."""
-    # Never skipped: `make test` installs Debian's nginx when it is missing.
-    assert NGINX.exists(), f"{NGINX} is missing: `make test` installs it (apt-get install nginx)"
     with listening_socket() as sock:
         port = sock.getsockname()[1]
         site = run_dir / "gateway.conf"
@@ -83,7 +87,7 @@ async def nginx_in_front(gateway_port: int, run_dir: Path) -> AsyncIterator[int]
         conf = run_dir / "nginx.conf"
         conf.write_text(main_config(run_dir, site))
         proc = await asyncio.create_subprocess_exec(
-            str(NGINX),
+            nginx_binary(),
             "-p",
             str(run_dir),
             "-e",
