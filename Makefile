@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gateway serve --host $(HOST) --port $(PORT)
+	$(BIN)/gateway serve --host $(HOST) --port $(PORT) --no-auth
 
 # The web demo's tests drive Debian's Chromium (never a downloaded browser); the browser
 # SDK's tests run on Node. Both come from the system's packages when missing.

@@ -61,6 +61,29 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    no_auth: bool = False
+    """Serve callers without a credential (as ``anonymous``): local development only. The
+    gateway refuses to start with it on a host that is not loopback. Credentials
+    presented are still checked."""
+    api_keys: str | None = None
+    """API keys as comma-separated ``name:key`` pairs (prefer ``GATEWAY_API_KEYS`` or a
+    file to the flag: flags show in ``ps``). With auth on, at least one key is needed."""
+    api_keys_file: str | None = None
+    """A file of API keys, one ``name:key`` a line (``#`` starts a comment)."""
+    token_secret: str | None = None
+    """The key (32 bytes or more) client tokens are signed with; the same on every node.
+    ``None`` makes a random one per process: its tokens die with it."""
+    token_ttl: float = 600.0
+    """Seconds a client token lives unless its request asks for less (or more, up to
+    ``max_token_ttl``)."""
+    max_token_ttl: float = 3600.0
+    """The longest lifetime, in seconds, a token request may ask for."""
+    allowed_origins: str | None = None
+    """Browser origins served besides the gateway's own, comma-separated
+    (``https://app.example.com``); ``*`` allows any. ``None``: same-origin only."""
+    allowed_hosts: str | None = None
+    """``Host`` names served, comma-separated (against DNS rebinding); ``*`` allows any.
+    ``None``: loopback names when bound to a loopback address, any name otherwise."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

@@ -22,6 +22,7 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
         "serve",
         "--port",
         "0",
+        "--no-auth",
         "--scripted-pace",
         "0",
         stderr=asyncio.subprocess.PIPE,
