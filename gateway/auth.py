@@ -30,6 +30,7 @@ from gateway.config import Config
 from gateway.errors import CloseCode, ConfigError, GatewayError
 from gateway.origin import is_loopback_host, normalize_origin
 from gateway.principal import ANONYMOUS, Principal
+from gateway.protocol import TOKEN_SUBPROTOCOL_PREFIX
 
 __all__ = [
     "TOKEN_SUBPROTOCOL_PREFIX",
@@ -45,8 +46,6 @@ __all__ = [
 
 log = structlog.get_logger("gateway.auth")
 
-TOKEN_SUBPROTOCOL_PREFIX = "gateway.token."
-"""A socket offers its token as the subprotocol ``gateway.token.<token>``."""
 MAX_TOKEN_SIZE = 6 * 1024
 """Longest token accepted (it travels in a header; websockets caps header lines at 8 KiB)."""
 MAX_PAYLOAD_SIZE = 4 * 1024
@@ -285,8 +284,13 @@ class TokenIssuer:
             raise AuthError("token expired", label="token_expired")
         if claims.agent != agent:
             raise AuthError(f"token is for agent {claims.agent[:64]!r}", label="wrong_agent")
-        presented = normalize_origin(origin) if origin is not None else None
-        if claims.origin is not None and presented != claims.origin:
+        # Only a browser's Origin is checked: a browser always sends one on a WebSocket
+        # or a request carrying a token, and a non-browser client could send any Origin.
+        if (
+            claims.origin is not None
+            and origin is not None
+            and normalize_origin(origin) != claims.origin
+        ):
             raise AuthError(f"token is bound to origin {claims.origin!r}", label="wrong_origin")
         user = claims.user
         return Principal(
