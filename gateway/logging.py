@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import msgspec
@@ -16,6 +18,19 @@ _encoder = msgspec.json.Encoder()
 
 def _serialize(obj: Any, **_: Any) -> str:
     return _encoder.encode(obj).decode()
+
+
+_TOKEN_IN_URL = re.compile(r"([?&]token=)[^&\s\"']+")
+
+
+def _redact_tokens(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Mask ``?token=`` in stdlib lines: uvicorn logs WebSocket paths with their query."""
+    event = event_dict.get("event")
+    if isinstance(event, str) and "token=" in event:
+        event_dict["event"] = _TOKEN_IN_URL.sub(r"\1[redacted]", event)
+    return event_dict
 
 
 def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
@@ -41,7 +56,7 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
+            foreign_pre_chain=[*shared, _redact_tokens],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
