@@ -14,18 +14,15 @@ is testable without a clock. This module knows nothing of HTTP frameworks.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import re
 import secrets
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import jwt
 import msgspec
 import structlog
 
+from gateway.api_key import ApiKeys
 from gateway.config import Config
 from gateway.errors import CloseCode, ConfigError, GatewayError
 from gateway.origin import is_loopback_host, normalize_origin
@@ -33,15 +30,12 @@ from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import TOKEN_SUBPROTOCOL_PREFIX
 
 __all__ = [
-    "TOKEN_SUBPROTOCOL_PREFIX",
-    "ApiKeys",
     "AuthError",
     "Authenticator",
     "MintedToken",
     "TokenIssuer",
     "TokenRequest",
     "TokenRequestError",
-    "parse_api_keys",
 ]
 
 log = structlog.get_logger("gateway.auth")
@@ -51,10 +45,8 @@ MAX_TOKEN_SIZE = 6 * 1024
 MAX_PAYLOAD_SIZE = 4 * 1024
 """Largest token payload minted, as JSON: bounds the user's free-form claims."""
 MIN_SECRET_SIZE = 32
-MIN_KEY_SIZE = 16
 _AUDIENCE = "gateway.client"
 _ALGORITHM = "HS256"
-_KEY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _FUNCTION_NAME = r"^[a-z][a-z0-9_]*$"
 
 
@@ -79,80 +71,6 @@ class TokenRequestError(GatewayError):
     """The body of a token request is not acceptable (HTTP 422 with the reason)."""
 
     code = "invalid_message"
-
-
-# ----------------------------------------------------------------------------- API keys
-
-
-def _digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
-
-
-def parse_api_keys(entries: Iterable[str], source: str) -> dict[str, bytes]:
-    """``name:key`` entries (blank ones and ``#`` comments skipped) as name -> digest.
-
-    Raises:
-        ConfigError: an entry is malformed, a name repeats or a key is too short; the
-            message names the source and the entry's number, never the key.
-    """
-    digests: dict[str, bytes] = {}
-    for number, raw in enumerate(entries, start=1):
-        entry = raw.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        name, sep, key = (part.strip() for part in entry.partition(":"))
-        where = f"{source}: entry {number}"
-        if not sep or not _KEY_NAME.match(name):
-            raise ConfigError(f"{where}: expected name:key, the name in [A-Za-z0-9_.-]{{1,64}}")
-        if len(key) < MIN_KEY_SIZE:
-            raise ConfigError(f"{where}: key {name!r} is shorter than {MIN_KEY_SIZE} characters")
-        if name in digests:
-            raise ConfigError(f"{where}: key name {name!r} appears twice")
-        digests[name] = _digest(key)
-    return digests
-
-
-class ApiKeys:
-    """The API keys a gateway accepts, as digests."""
-
-    def __init__(self, digests: dict[str, bytes]) -> None:
-        self._digests = list(digests.items())
-
-    @classmethod
-    def from_config(cls, config: Config) -> ApiKeys:
-        """From ``api_keys_file`` and ``api_keys`` (both may be set).
-
-        Raises:
-            ConfigError: the file is unreadable or an entry is invalid.
-        """
-        digests: dict[str, bytes] = {}
-        if config.api_keys_file:
-            path = Path(config.api_keys_file)
-            try:
-                lines = path.read_text().splitlines()
-            except OSError as exc:
-                raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-            digests |= parse_api_keys(lines, str(path))
-        if config.api_keys:
-            for name, digest in parse_api_keys(
-                config.api_keys.split(","), "GATEWAY_API_KEYS"
-            ).items():
-                if name in digests:
-                    raise ConfigError(f"key name {name!r} is both in the file and GATEWAY_API_KEYS")
-                digests[name] = digest
-        return cls(digests)
-
-    def __len__(self) -> int:
-        return len(self._digests)
-
-    def name_of(self, key: str) -> str | None:
-        """The name of ``key``, or ``None``. Compares with every key, in constant time."""
-        digest = _digest(key)
-        found = None
-        for name, known in self._digests:
-            if hmac.compare_digest(known, digest):
-                found = name
-        return found
 
 
 # ----------------------------------------------------------------------------- tokens

@@ -12,7 +12,8 @@ name. ``allowed_hosts`` refuses such names; unset, a gateway bound to a loopback
 address serves loopback names only.
 
 ``OriginGuard`` is a pure ASGI middleware: it answers refused HTTP requests itself
-(400 for a foreign Host, 403 for a foreign Origin) and lets WebSocket scopes through,
+(400 for a foreign Host, 403 for a foreign Origin; health probes are let through) and
+lets WebSocket scopes through,
 for the endpoint checks them with ``OriginPolicy.check`` and refuses them with a
 close code its clients can read.
 """
@@ -42,6 +43,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_PROBES = frozenset({"/healthz", "/readyz"})
+"""Health probes (Docker, Kubernetes) come with whatever Host they like; they hold no data."""
 
 
 def is_loopback_host(host: str) -> bool:
@@ -179,7 +182,11 @@ class OriginGuard:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (refusal := self.policy.check(scope)) is not None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] not in _PROBES
+            and (refusal := self.policy.check(scope)) is not None
+        ):
             status, code = (
                 (400, "bad_host") if refusal.kind == "host" else (403, "forbidden_origin")
             )

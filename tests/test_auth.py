@@ -16,7 +16,8 @@ import websockets
 
 from client_sdk import connect, connect_raw
 from client_sdk.connection import Connection
-from gateway.auth import AuthError, TokenIssuer, TokenRequest, TokenRequestError, parse_api_keys
+from gateway.api_key import parse_api_keys
+from gateway.auth import AuthError, TokenIssuer, TokenRequest, TokenRequestError
 from gateway.errors import ConfigError
 from gateway.protocol import (
     Error,
@@ -168,9 +169,12 @@ async def test_a_foreign_host_is_refused_at_the_handshake_and_gets_400_over_http
                 pass
         assert caught.value.response.status_code == 403
         async with httpx.AsyncClient(base_url=http_base(gw), trust_env=False) as client:
-            response = await client.get("/healthz", headers={"host": f"attacker.example:{port}"})
+            rebound_host = {"host": f"attacker.example:{port}", "authorization": f"Bearer {KEY}"}
+            response = await client.get("/v1/tools", headers=rebound_host)
             assert response.status_code == 400
-            assert (await client.get("/healthz")).status_code == 200
+            assert response.json()["code"] == "bad_host"
+            # Health probes come with any Host (a container's, a pod's IP).
+            assert (await client.get("/healthz", headers=rebound_host)).status_code == 200
 
 
 async def test_an_api_key_as_bearer_holds_a_conversation_server_to_server():
