@@ -225,7 +225,9 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     """Build the ASGI app. Loads the agent now, so a bad agent file fails at startup.
 
     Raises:
-        ConfigError: the agent file or its scenario is invalid.
+        ConfigError: the agent file or its scenario is invalid, or the auth settings are
+            unsafe or invalid (no API key with auth on, ``no_auth`` off loopback, a bad
+            keys file, a short token secret).
     """
     runtime = Runtime(config, agent or agent_from_config(config))
 

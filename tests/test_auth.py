@@ -189,11 +189,15 @@ async def test_an_api_key_as_bearer_holds_a_conversation_server_to_server():
     assert record.principal == "key:backend"
 
 
-async def test_a_token_in_the_query_string_is_accepted():
+async def test_a_token_in_the_query_string_is_accepted_and_never_echoed():
     async with gateway() as gw:
         token = await mint(gw)
         async with connect_raw(f"{gw.url}?token={token}") as conn:
             await start(conn)
+        async with connect_raw(gw.url, token=token) as conn:
+            # The server selects gateway.v1: the token is never echoed back.
+            assert conn.websocket.subprotocol == "gateway.v1"
+            assert token not in str(conn.websocket.response.headers)
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -292,6 +296,25 @@ async def test_a_token_from_post_sessions_drives_a_whole_conversation_with_the_s
     assert principal.user_id == "42"
     assert principal.scopes == ("orders:read",)
     assert principal.claims == {"tier": "gold"}
+
+
+async def test_the_sdk_resumes_with_a_fresh_token_from_its_token_function():
+    async with gateway() as gw:
+        minted: list[str] = []
+
+        async def fresh_token() -> str:
+            minted.append(await mint(gw, user={"id": "42"}))
+            return minted[-1]
+
+        async with connect(gw.url, token=fresh_token) as conv:
+            created = await conv.start()
+            assert "".join([d async for d in conv.say("echo one")]) == "one"
+            server_side = gw.runtime.drivers[created.session_id].connection
+            assert server_side is not None
+            server_side.close(1013, "cut by the test")  # the SDK resumes
+            assert "".join([d async for d in conv.say("echo two")]) == "two"
+            assert conv.reconnects == 1
+    assert len(set(minted)) == 2  # one token per connect
 
 
 async def test_a_resume_needs_the_principal_that_created_the_session():
