@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import structlog
+
 __all__ = [
     "OriginGuard",
     "OriginPolicy",
@@ -34,6 +36,8 @@ __all__ = [
     "is_loopback_host",
     "normalize_origin",
 ]
+
+log = structlog.get_logger("gateway.origin")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -190,6 +194,7 @@ class OriginGuard:
             status, code = (
                 (400, "bad_host") if refusal.kind == "host" else (403, "forbidden_origin")
             )
+            log.info("request_refused", label=refusal.label, path=scope["path"][:200])
             body = json.dumps({"error": refusal.reason, "code": code}).encode()
             await send(
                 {
