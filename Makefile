@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gateway serve --host $(HOST) --port $(PORT)
+	$(BIN)/gateway serve --host $(HOST) --port $(PORT) --no-auth
 
 # System packages the tests need, from Debian when missing: Chromium drives the web demo
 # (never a downloaded browser), Node runs the browser SDK's tests, nginx fronts the gateway

@@ -22,9 +22,8 @@ import asyncio
 import contextlib
 import random
 import secrets
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import msgspec
 import websockets
@@ -36,6 +35,7 @@ from client_sdk.functions import ClientFunction, make_function
 from gateway.errors import CloseCode
 from gateway.protocol import (
     SUBPROTOCOL,
+    TOKEN_SUBPROTOCOL_PREFIX,
     Ack,
     ClientCall,
     ClientMsg,
@@ -60,9 +60,12 @@ from gateway.protocol import (
     encode,
 )
 
-__all__ = ["Conversation", "connect"]
+__all__ = ["Conversation", "TokenSource", "connect"]
 
 F = Callable[..., Any]
+TokenSource = str | Callable[[], Awaitable[str]]
+"""A client token, or an async function that fetches a fresh one (from the app's backend,
+which mints it with ``POST /v1/sessions``) before each connect and reconnect."""
 MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
 # Closes after which resuming makes no sense: the session is gone or not ours.
@@ -70,6 +73,7 @@ _FINAL = {
     CloseCode.NORMAL,
     CloseCode.POLICY,
     CloseCode.UNAUTHORIZED,
+    CloseCode.FORBIDDEN_ORIGIN,
     CloseCode.UNKNOWN_SESSION,
     CloseCode.SESSION_EXPIRED,
     CloseCode.TAKEN_OVER,
@@ -95,7 +99,11 @@ class Conversation:
 
     Args:
         url: the gateway's ``ws://`` or ``wss://`` URL of ``/v1/realtime``.
-        token: a client token, sent as ``?token=`` (for gateways that require one).
+        token: a client token, or an async function returning a fresh one (called
+            before every connect, so that a resume after the token expired works). Sent
+            as the ``gateway.token.<token>`` subprotocol, out of URLs and access logs.
+        api_key: an API key, for server-to-server clients (sent as
+            ``Authorization: Bearer``); never put one in a browser or an app.
         agent: the agent to talk to (the gateway's default when ``None``).
         instructions: extra instructions for this session.
         metadata: anything the app wants the gateway to keep with the session.
@@ -109,7 +117,8 @@ class Conversation:
         self,
         url: str,
         *,
-        token: str | None = None,
+        token: TokenSource | None = None,
+        api_key: str | None = None,
         agent: str | None = None,
         instructions: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -117,7 +126,9 @@ class Conversation:
         max_reconnect_delay: float = 10.0,
         ack_every: int = 64,
     ) -> None:
-        self._url = _with_token(url, token)
+        self._url = url
+        self._token = token
+        self._api_key = api_key
         self._start_msg = SessionStart(
             agent=agent, instructions=instructions, metadata=metadata or {}
         )
@@ -144,9 +155,7 @@ class Conversation:
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Conversation:
-        self._ws = await websockets.connect(
-            self._url, subprotocols=[Subprotocol(SUBPROTOCOL)], max_size=MAX_FRAME_SIZE
-        )
+        self._ws = await self._open_socket()
         self._reader = asyncio.create_task(self._read_loop(), name="client_sdk:reader")
         return self
 
@@ -372,9 +381,7 @@ class Conversation:
         delay = 0.05
         while not self._closing:
             try:
-                websocket = await websockets.connect(
-                    self._url, subprotocols=[Subprotocol(SUBPROTOCOL)], max_size=MAX_FRAME_SIZE
-                )
+                websocket = await self._open_socket()
                 resume = SessionResume(
                     session_id=self.session.session_id,
                     resume_token=self.session.resume_token,
@@ -430,14 +437,25 @@ class Conversation:
         for queue in self._subscribers:
             queue.put_nowait(_End(error))
 
+    async def _open_socket(self) -> ClientConnection:
+        """A socket to the gateway, offering ``gateway.v1`` and the credential."""
+        subprotocols = [Subprotocol(SUBPROTOCOL)]
+        token = self._token if self._token is None or isinstance(self._token, str) else None
+        if callable(self._token):
+            try:
+                token = await self._token()
+            except Exception as exc:  # the app's fetch failed: like an unreachable gateway
+                raise ConnectionError(f"could not get a client token: {exc}") from exc
+        if token is not None:
+            subprotocols.append(Subprotocol(TOKEN_SUBPROTOCOL_PREFIX + token))
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else None
+        return await websockets.connect(
+            self._url,
+            subprotocols=subprotocols,
+            additional_headers=headers,
+            max_size=MAX_FRAME_SIZE,
+        )
+
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-
-def _with_token(url: str, token: str | None) -> str:
-    if token is None:
-        return url
-    parts = urlsplit(url)
-    query = f"{parts.query}&" if parts.query else ""
-    return urlunsplit(parts._replace(query=query + urlencode({"token": token})))

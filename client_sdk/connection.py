@@ -16,7 +16,14 @@ import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from gateway.protocol import SUBPROTOCOL, ClientMsg, Outbound, decode_server, encode
+from gateway.protocol import (
+    SUBPROTOCOL,
+    TOKEN_SUBPROTOCOL_PREFIX,
+    ClientMsg,
+    Outbound,
+    decode_server,
+    encode,
+)
 
 __all__ = ["Connection", "connect_raw"]
 
@@ -67,9 +74,18 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect_raw(url: str, **kwargs: Any) -> AsyncIterator[Connection]:
-    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets)."""
-    kwargs.setdefault("subprotocols", [SUBPROTOCOL])
+async def connect_raw(
+    url: str, *, token: str | None = None, api_key: str | None = None, **kwargs: Any
+) -> AsyncIterator[Connection]:
+    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets).
+
+    ``token`` is offered as the ``gateway.token.<token>`` subprotocol; ``api_key`` is
+    sent as ``Authorization: Bearer`` (server to server).
+    """
+    protocols = [SUBPROTOCOL] if token is None else [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token]
+    kwargs.setdefault("subprotocols", protocols)
+    if api_key is not None:
+        kwargs.setdefault("additional_headers", {"Authorization": f"Bearer {api_key}"})
     kwargs.setdefault("max_size", 64 * 2**20)  # snapshots carry whole transcripts
     async with websockets.connect(url, **kwargs) as websocket:
         yield Connection(websocket)

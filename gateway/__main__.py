@@ -40,12 +40,19 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway")
     hints = typing.get_type_hints(Config)
     for field in msgspec.structs.fields(Config):
+        flag = f"--{field.name.replace('_', '-')}"
+        help_text = f"(default: {field.default!r}; env GATEWAY_{field.name.upper()})"
+        if hints[field.name] is bool:  # a plain switch, such as --no-auth
+            serve.add_argument(
+                flag, dest=field.name, action="store_true", default=None, help=help_text
+            )
+            continue
         serve.add_argument(
-            f"--{field.name.replace('_', '-')}",
+            flag,
             dest=field.name,
             type=_flag_type(hints[field.name]),
             default=None,
-            help=f"(default: {field.default!r}; env GATEWAY_{field.name.upper()})",
+            help=help_text,
         )
     chat = commands.add_parser("chat", help="talk to a running gateway from this terminal")
     chat.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime")

@@ -9,9 +9,11 @@ import secrets
 import time
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
@@ -19,12 +21,16 @@ from starlette.staticfiles import StaticFiles
 
 from gateway import __version__
 from gateway.agent import DEMO_AGENT, Agent, load_agent
+from gateway.auth import Authenticator
+from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.config import Config
 from gateway.connection import Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
+from gateway.origin import OriginGuard, OriginPolicy
+from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
 from gateway.providers.base import ReportsRetries
 from gateway.session import Session, SessionSettings
@@ -32,7 +38,7 @@ from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
 from gateway.workbench import describe_tools, run_tool_alone
 
-__all__ = ["Runtime", "agent_from_config", "create_app", "new_id"]
+__all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "create_app", "new_id"]
 
 log = structlog.get_logger("gateway.app")
 
@@ -65,6 +71,14 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class ResumeRefusal(NamedTuple):
+    """Why a ``session.resume`` is refused: close code, reason, label for logs."""
+
+    code: CloseCode
+    reason: str
+    label: str
+
+
 class Runtime:
     """What every session of this gateway shares: config, agent, store, live sessions."""
 
@@ -80,6 +94,10 @@ class Runtime:
         self.idle.set()
         self.closing = False
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self.auth = Authenticator.from_config(config, agent=agent.name)
+        self.origins = OriginPolicy.from_settings(
+            config.allowed_origins, config.allowed_hosts, config.host
+        )
         self.metrics = Metrics()
         """This gateway's Prometheus metrics (``GET /metrics``), on a registry of its own."""
         provider = agent.provider
@@ -110,8 +128,19 @@ class Runtime:
             hard_size=self.config.outbound_hard_size,
         )
 
-    async def start_session(self) -> Driver:
-        """A new session, running until it ends (``session_ttl`` after its last socket)."""
+    async def start_session(self, principal: str | Principal = "anonymous") -> Driver:
+        """A new session, running until it ends (``session_ttl`` after its last socket).
+
+        Args:
+            principal: who the session belongs to: what auth proved (its claims and the
+                client functions it may declare go with the session), or just a name.
+        """
+        if isinstance(principal, str):
+            principal = (
+                ANONYMOUS
+                if principal == ANONYMOUS.name
+                else Principal(name=principal, kind="api_key")
+            )
         config = self.config
         token = secrets.token_urlsafe(32)
         settings = SessionSettings(
@@ -127,6 +156,7 @@ class Runtime:
                 client_call_timeout=config.client_call_timeout,
             ),
             server_tool_timeout=config.server_tool_timeout,
+            principal=principal,
         )
         session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
         await self.store.create_session(
@@ -135,6 +165,7 @@ class Runtime:
                 token_hash=_token_hash(token),
                 agent=self.agent.name,
                 created_at=time.time(),
+                principal=principal.name,
             )
         )
         driver = Driver(
@@ -152,15 +183,26 @@ class Runtime:
         )
         return driver
 
-    async def find_session(self, msg: SessionResume) -> Driver | CloseCode:
-        """The live session a ``session.resume`` names, or the close code refusing it."""
+    async def find_session(
+        self, msg: SessionResume, principal: str = "anonymous"
+    ) -> Driver | ResumeRefusal:
+        """The live session a ``session.resume`` by ``principal`` names, or the close code
+        and reason refusing it (only the session's creator may resume it)."""
         driver = self.drivers.get(msg.session_id)
         record = await self.store.get_session(msg.session_id)
         if driver is None or record is None:
-            ended = await self.store.ended(msg.session_id)
-            return CloseCode.SESSION_EXPIRED if ended else CloseCode.UNKNOWN_SESSION
-        if not hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token)):
-            return CloseCode.UNAUTHORIZED
+            if await self.store.ended(msg.session_id):
+                return ResumeRefusal(
+                    CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"
+                )
+            return ResumeRefusal(CloseCode.UNKNOWN_SESSION, "unknown session", "unknown_session")
+        # Both checks run, so the answer's timing tells nothing about which failed.
+        owner = hmac.compare_digest(record.principal.encode(), principal.encode())
+        token = hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token))
+        if not owner:
+            return ResumeRefusal(CloseCode.UNAUTHORIZED, "not the session's owner", "not_owner")
+        if not token:
+            return ResumeRefusal(CloseCode.UNAUTHORIZED, "wrong resume token", "wrong_resume_token")
         return driver
 
     async def _run(self, driver: Driver) -> None:
@@ -220,7 +262,9 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     """Build the ASGI app. Loads the agent now, so a bad agent file fails at startup.
 
     Raises:
-        ConfigError: the agent file or its scenario is invalid.
+        ConfigError: the agent file or its scenario is invalid, or the auth settings are
+            unsafe or invalid (no API key with auth on, ``no_auth`` off loopback, a bad
+            keys file, a short token secret).
     """
     runtime = Runtime(config, agent or agent_from_config(config))
 
@@ -246,9 +290,13 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
     async def list_tools(request: Request) -> JSONResponse:
+        if (refused := guard_bearer(runtime, request)) is not None:
+            return refused
         return JSONResponse(describe_tools(runtime.agent))
 
     async def test_tool(request: Request) -> JSONResponse:
+        if (refused := guard_tool_test(runtime, request)) is not None:
+            return refused
         status, answer = await run_tool_alone(
             runtime.agent,
             request.path_params["name"],
@@ -270,7 +318,8 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         Mount("/sdk", app=StaticFiles(directory=SDK_JS), name="sdk"),
         Route("/", index),
         Mount("/demo", app=StaticFiles(directory=WEB_DEMO)),
+        *auth_routes(runtime),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(OriginGuard, policy=runtime.origins)])
     app.state.runtime = runtime
     return app

@@ -64,6 +64,30 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     forwarded_allow_ips: str = "127.0.0.1"
     """Proxies trusted to set ``X-Forwarded-For``/``-Proto`` (comma-separated addresses,
     or ``*``): the client address of a socket is the header's when it comes from one."""
+    no_auth: bool = False
+    """Serve callers without a credential (as ``anonymous``): local development only. The
+    gateway refuses to start with it on a host that is not loopback. Credentials
+    presented are still checked."""
+    api_keys: str | None = None
+    """API keys as comma-separated ``name:key`` pairs (prefer ``GATEWAY_API_KEYS`` or a
+    file to the flag: flags show in ``ps``). Without any key, a gateway on a loopback host
+    serves as under ``no_auth`` (with a warning) and one on any other host refuses to start."""
+    api_keys_file: str | None = None
+    """A file of API keys, one ``name:key`` a line (``#`` starts a comment)."""
+    token_secret: str | None = None
+    """The key (32 bytes or more) client tokens are signed with; the same on every node.
+    ``None`` makes a random one per process: its tokens die with it."""
+    token_ttl: float = 600.0
+    """Seconds a client token lives unless its request asks for less (or more, up to
+    ``max_token_ttl``)."""
+    max_token_ttl: float = 3600.0
+    """The longest lifetime, in seconds, a token request may ask for."""
+    allowed_origins: str | None = None
+    """Browser origins served besides the gateway's own, comma-separated
+    (``https://app.example.com``); ``*`` allows any. ``None``: same-origin only."""
+    allowed_hosts: str | None = None
+    """``Host`` names served, comma-separated (against DNS rebinding); ``*`` allows any.
+    ``None``: loopback names when bound to a loopback address, any name otherwise."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

@@ -30,6 +30,7 @@ ErrorCode = Literal[
     "provider_error",
     "rate_limited",
     "unauthorized",
+    "forbidden",
     "forbidden_origin",
     "message_too_large",
     "resume_gap",
@@ -49,7 +50,8 @@ class CloseCode(enum.IntEnum):
     INTERNAL = 1011  # our bug; never carries a reason
     SERVICE_RESTART = 1012
     TRY_AGAIN = 1013
-    UNAUTHORIZED = 4001  # wrong resume token
+    UNAUTHORIZED = 4001  # no, expired or forged credential; wrong resume token; not the owner
+    FORBIDDEN_ORIGIN = 4003  # a browser page of an origin not allowed
     UNKNOWN_SESSION = 4004
     SESSION_EXPIRED = 4008
     TAKEN_OVER = 4009  # a session.resume on another socket took the session over

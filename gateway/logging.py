@@ -10,7 +10,9 @@ codes and durations, never user text, tool arguments or outputs, or secrets.
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import msgspec
@@ -45,6 +47,19 @@ def _serialize(obj: Any, **_: Any) -> str:
         return _encoder.encode({str(k): _encodable(v) for k, v in obj.items()}).decode()
 
 
+_TOKEN_IN_URL = re.compile(r"([?&]token=)[^&\s\"']+")
+
+
+def _redact_tokens(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Mask ``?token=`` in stdlib lines: uvicorn logs WebSocket paths with their query."""
+    event = event_dict.get("event")
+    if isinstance(event, str) and "token=" in event:
+        event_dict["event"] = _TOKEN_IN_URL.sub(r"\1[redacted]", event)
+    return event_dict
+
+
 def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
     """Send structlog and stdlib (uvicorn) logs to stderr, as JSON unless on a tty."""
     as_json = not sys.stderr.isatty() if json is None else json
@@ -68,7 +83,7 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
+            foreign_pre_chain=[*shared, _redact_tokens],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,

@@ -15,6 +15,7 @@ __all__ = [
     "CLIENT_MESSAGE_TYPES",
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
+    "TOKEN_SUBPROTOCOL_PREFIX",
     "Ack",
     "CallStatus",
     "ClientCall",
@@ -58,6 +59,9 @@ __all__ = [
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL = "gateway.v1"
+TOKEN_SUBPROTOCOL_PREFIX = "gateway.token."
+"""A client token travels as the subprotocol ``gateway.token.<token>``, offered beside
+``gateway.v1`` (never chosen by the server: it stays out of responses and access logs)."""
 
 ToolName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
 ClientId = Annotated[str, msgspec.Meta(max_length=128)]

@@ -34,6 +34,7 @@ from gateway.event import (
     ToolProgress,
 )
 from gateway.outbox import Outbox
+from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -94,6 +95,9 @@ class SessionSettings:
     model_supports_tools: bool
     limits: Limits
     server_tool_timeout: float
+    principal: Principal = ANONYMOUS
+    """Who the session belongs to: the client functions they may declare, the end
+    user's claims (kept for tools)."""
 
 
 class Phase(enum.Enum):
@@ -163,6 +167,11 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._phase is Phase.CLOSED
+
+    @property
+    def principal(self) -> Principal:
+        """Who the session belongs to, with the end user's claims (for tools)."""
+        return self._settings.principal
 
     def receive(self, event: Event, *, now: float) -> None:
         """Apply one event. Effects accumulate until ``effects()`` is called."""
@@ -321,6 +330,8 @@ class Session:
             for spec in specs
             if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
         ]
+        if not self._allowed(specs, msg_id):
+            return None
         client_defs = [
             ToolDef(
                 name=spec.name,
@@ -344,6 +355,20 @@ class Session:
             )
             return None
         return tools
+
+    def _allowed(self, specs: list[ToolSpec], msg_id: str | None) -> bool:
+        """Whether the principal may declare these client functions (the agent's own
+        client functions are always allowed: declaring them adds nothing)."""
+        allowed = self._settings.principal.client_functions
+        denied = sorted({s.name for s in specs} - allowed) if allowed is not None else []
+        if denied:
+            names = ", ".join(repr(name[:64]) for name in denied[:8])
+            self._out.error(
+                "forbidden",
+                f"client_functions: this client's token does not allow {names}",
+                in_reply_to=msg_id,
+            )
+        return not denied
 
     def _shut_down(self) -> None:
         response = self._response

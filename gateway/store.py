@@ -27,6 +27,8 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """SHA-256 of the resume token, hex: the token itself is never stored."""
     agent: str
     created_at: float
+    principal: str = "anonymous"
+    """Who created the session (``Principal.name``): only they may resume it."""
 
 
 class Store(Protocol):

@@ -4,18 +4,25 @@ The transport decodes client frames (validation happens here, at the edge) and
 feeds them to the driver. The first frame decides which session the socket
 belongs to: ``session.resume`` reattaches a live one, anything else starts a
 new one. When the socket goes, the session stays (for ``session_ttl``).
+
+Before that, the handshake is checked: Host and Origin (``gateway.origin``), then
+the credential (``gateway.auth``); the principal it proves owns the session, and
+only the same principal may resume it. Every refusal goes through ``_refuse``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import structlog
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketState
 
+from gateway.auth import AuthError
 from gateway.connection import Connection
 from gateway.errors import CloseCode
+from gateway.principal import Principal
 from gateway.protocol import SUBPROTOCOL, DecodeFailure, Inbound, SessionResume, decode_client
 
 if TYPE_CHECKING:
@@ -35,26 +42,42 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     """``GET /v1/realtime``: one session per socket at a time."""
     runtime: Runtime = websocket.app.state.runtime
     offered = websocket.scope.get("subprotocols") or []
+    if (refusal := runtime.origins.check(websocket.scope)) is not None:
+        # A foreign Host (DNS rebinding) is refused at the handshake; a foreign Origin
+        # is told why, with 4003, so that the page's developer can see it.
+        code = CloseCode.POLICY if refusal.kind == "host" else CloseCode.FORBIDDEN_ORIGIN
+        await _refuse(runtime, websocket, code, refusal.reason, label=refusal.label)
+        return
     if offered and SUBPROTOCOL not in offered:
         # A client asking only for other protocols (say a future gateway.v2) must not be
-        # served v1 by surprise; closing before accept refuses the handshake (HTTP 403).
-        await _refuse(
-            runtime, websocket, CloseCode.POLICY, "unsupported subprotocol", label="subprotocol"
-        )
+        # served v1 by surprise: the handshake is refused (HTTP 403).
+        await _refuse(runtime, websocket, CloseCode.POLICY, "", label="bad_subprotocol")
         return
     if runtime.closing:
         await _refuse(
             runtime, websocket, CloseCode.SERVICE_RESTART, "shutting down", label="shutting_down"
         )
         return
+    try:
+        principal = runtime.auth.socket(
+            subprotocols=offered,
+            query_token=websocket.query_params.get("token"),
+            authorization=websocket.headers.get("authorization"),
+            origin=websocket.headers.get("origin"),
+            now=time.time(),
+        )
+    except AuthError as exc:
+        await _refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
+        return
+    # Never the token subprotocol: the chosen one is echoed back in the response.
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
     conn = runtime.connection(websocket)
     reader = _Reader(websocket)
     try:
-        driver = await _open(runtime, conn, reader)
+        driver = await _open(runtime, conn, reader, principal)
         if driver is not None:
             with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
-                log.info("socket_attached", client=str(websocket.client))
+                log.info("socket_attached", client=str(websocket.client), principal=principal.name)
                 await _pump(reader, driver, conn)
                 # A client that closes with 1000 is done; any other end may be resumed.
                 done = reader.close_code == CloseCode.NORMAL and not conn.closing
@@ -70,7 +93,40 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         await conn.aclose()
 
 
-async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver | None:
+async def _refuse(
+    runtime: Runtime,
+    websocket_or_conn: WebSocket | Connection,
+    code: CloseCode,
+    reason: str,
+    *,
+    label: str,
+) -> None:
+    """Refuse a socket: log ``connection_refused`` and count it by ``label``.
+
+    A ``Connection`` (an accepted socket) closes with ``code`` and ``reason``. A
+    WebSocket still in its handshake is refused there (HTTP 403, no reason) when
+    ``code`` is 1008; for any other code it is accepted first, so that the client
+    can read the code and the reason.
+    """
+    log.info("connection_refused", label=label, close_code=int(code))
+    runtime.note_refusal(label)
+    reason = reason.encode()[:123].decode(errors="ignore")  # a close reason's limit
+    if isinstance(websocket_or_conn, Connection):
+        websocket_or_conn.close(code, reason)
+        return
+    websocket = websocket_or_conn
+    if websocket.client_state is WebSocketState.CONNECTING:
+        if code == CloseCode.POLICY:
+            await websocket.close(code=code)
+            return
+        offered = websocket.scope.get("subprotocols") or []
+        await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    await websocket.close(code=code, reason=reason)
+
+
+async def _open(
+    runtime: Runtime, conn: Connection, reader: _Reader, principal: Principal
+) -> Driver | None:
     """Read the first frame and attach the socket to its session."""
     try:
         async with asyncio.timeout(runtime.config.first_message_timeout):
@@ -88,46 +144,16 @@ async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver |
     if first is None:
         return None
     if isinstance(first, SessionResume):
-        found = await runtime.find_session(first)
-        if isinstance(found, CloseCode):
-            reason, label = _RESUME_REFUSALS[found]
-            await _refuse(runtime, conn, found, reason, label=label)
+        found = await runtime.find_session(first, principal.name)
+        if isinstance(found, tuple):  # a ResumeRefusal
+            await _refuse(runtime, conn, found.code, found.reason, label=found.label)
             return None
         found.attach(conn, first.last_seq)
         return found
-    driver = await runtime.start_session()
+    driver = await runtime.start_session(principal)
     driver.attach(conn)
     driver.feed(first)
     return driver
-
-
-_RESUME_REFUSALS = {  # close code -> (reason sent, label counted)
-    CloseCode.UNAUTHORIZED: ("wrong resume token", "wrong_resume_token"),
-    CloseCode.UNKNOWN_SESSION: ("unknown session", "unknown_session"),
-    CloseCode.SESSION_EXPIRED: ("session ended or expired", "session_expired"),
-}
-
-
-async def _refuse(
-    runtime: Runtime,
-    websocket_or_conn: WebSocket | Connection,
-    code: CloseCode,
-    reason: str,
-    *,
-    label: str,
-) -> None:
-    """Refuse a WebSocket: log it, count it (``label``) and close it with ``code``.
-
-    Every refusal goes through here, so that logs and the ``rejected connections``
-    metric agree. Before the handshake is accepted (a ``WebSocket``) the close is an
-    HTTP 403 and ``reason`` is not sent; after it (a ``Connection``) both are.
-    """
-    log.info("connection_refused", label=label, close_code=int(code))
-    runtime.note_refusal(label)
-    if isinstance(websocket_or_conn, Connection):
-        websocket_or_conn.close(code, reason)
-    else:
-        await websocket_or_conn.close(code=code, reason=reason)
 
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:

@@ -87,10 +87,13 @@ async def running_gateway(**overrides: Any) -> AsyncIterator[str]:
 async def serving(*, send_buffer: int | None = None, **overrides: Any) -> AsyncIterator[Gateway]:
     """Like ``running_gateway``, yielding the runtime and a recording of the model too.
 
+    Authentication is off (``no_auth=True``) unless the test says otherwise.
+
     ``send_buffer`` shrinks the kernel's send buffer of accepted sockets (SO_SNDBUF), so
     a client that stops reading pushes back on the gateway after a few KB, not MBs.
     """
     overrides.setdefault("agent", str(TEST_AGENT))
+    overrides.setdefault("no_auth", True)  # tests of auth say no_auth=False
     config = Config(host="127.0.0.1", port=0, **overrides)
     agent = agent_from_config(config)
     model = RecordingProvider(agent.provider)

@@ -10,6 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+import websockets
+
 from gateway.protocol import ResponseDone, ToolResult, ToolResults
 from tests.support import say_until_calls, session, streamed_text
 
@@ -22,6 +25,7 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
         "serve",
         "--port",
         "0",
+        "--no-auth",
         "--scripted-pace",
         "0",
         stderr=asyncio.subprocess.PIPE,
@@ -51,6 +55,11 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
             await conn.send(ToolResults(results=[result]))
             events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
         assert streamed_text(events) == "Your battery is at 50%."
+        # A token in the URL is checked even under --no-auth, and kept out of the logs.
+        with pytest.raises(websockets.ConnectionClosed) as refused:
+            await _first_event(f"ws://127.0.0.1:{port}/v1/realtime?token=forged.token.value")
+        assert refused.value.rcvd is not None
+        assert refused.value.rcvd.code == 4001
     finally:
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
@@ -71,6 +80,8 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
     assert '"level": 0.5' not in everything  # nor a tool's output
     starting = next(line for line in lines if line["event"] == "gateway_starting")
     assert (starting["agent"], starting["provider"]) == ("demo", "scripted")
+    assert any("[redacted]" in str(line["event"]) for line in lines)
+    assert not [line for line in lines if "forged.token.value" in json.dumps(line)]
 
 
 async def test_startup_line_names_the_model_provider_and_base_url():
@@ -103,6 +114,14 @@ async def test_startup_line_names_the_model_provider_and_base_url():
     assert starting["model"] == "some-model"
     assert starting["base_url"] == "http://127.0.0.1:9/v1"
     assert "sk-secret-key" not in json.dumps(lines)
+    # No API key on a loopback host: served as under --no-auth, and said loudly.
+    disabled = next(line for line in lines if line["event"] == "auth_disabled")
+    assert "no API key configured" in str(disabled["note"])
+
+
+async def _first_event(url: str) -> None:
+    async with session(url):
+        pass
 
 
 async def run_failing(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -137,3 +156,22 @@ async def test_schema_command_prints_the_committed_schema():
         out, _ = await proc.communicate()
     committed = Path(__file__).parents[1] / "client_sdk" / "js" / "protocol.schema.json"
     assert json.loads(out) == json.loads(committed.read_text())
+
+
+async def test_serve_refuses_to_start_without_auth_on_a_public_address():
+    code, err = await run_failing("serve", "--port", "0", "--host", "0.0.0.0", "--no-auth")
+    assert code == 2
+    assert "--no-auth" in err
+    assert "'0.0.0.0'" in err
+
+
+async def test_serve_refuses_to_start_with_auth_on_and_no_api_key(tmp_path: Path):
+    code, err = await run_failing("serve", "--port", "0", "--host", "0.0.0.0")
+    assert code == 2
+    assert "no API key is configured" in err
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# backends\nbackend:short\n")
+    code, err = await run_failing("serve", "--port", "0", "--api-keys-file", str(keys))
+    assert code == 2
+    assert f"{keys}: entry 2" in err
+    assert "backend:short" not in err

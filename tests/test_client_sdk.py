@@ -179,7 +179,7 @@ def test_gateway_chat_in_a_terminal(tmp_path: Path):
     """`gateway chat` driven through a pseudo-terminal for a full exchange and Ctrl-C."""
     server = pexpect.spawn(
         sys.executable,
-        ["-m", "gateway", "serve", "--port", "0", "--scripted-pace", "0.05"],
+        ["-m", "gateway", "serve", "--port", "0", "--no-auth", "--scripted-pace", "0.05"],
         cwd=str(Path(__file__).parents[1]),
         env={**os.environ, "DEMO_ORDER_SECONDS": "0.2"},
         encoding="utf-8",

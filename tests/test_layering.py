@@ -25,6 +25,7 @@ PURE = {
     "gateway/config.py",
     "gateway/tools.py",
     "gateway/schema.py",
+    "gateway/principal.py",
     "gateway/providers/base.py",
 }
 PURE_THIRD_PARTY = {"msgspec", "jsonschema"}
@@ -38,11 +39,12 @@ NO_IO = {
     "gateway/call.py",
     "gateway/transcript.py",
     "gateway/errors.py",
+    "gateway/principal.py",
     "gateway/providers/base.py",
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}
 EDGES = {
-    "starlette": {"gateway/transport.py", "gateway/app.py"},
+    "starlette": {"gateway/transport.py", "gateway/app.py", "gateway/auth_http.py"},
     "uvicorn": {"gateway/__main__.py"},
 }
 

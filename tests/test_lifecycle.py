@@ -65,6 +65,7 @@ async def start_gateway(
         "0",
         "--agent",
         str(TEST_AGENT),
+        "--no-auth",
         *flags,
         stderr=asyncio.subprocess.PIPE,
         cwd=Path(__file__).parents[1],

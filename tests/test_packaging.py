@@ -33,7 +33,9 @@ import gateway, web_demo
 from gateway.__main__ import build_server
 from gateway.app import create_app
 from gateway.config import Config
+from gateway.logging import configure_logging
 
+configure_logging("warning")  # logs on stderr, as `gateway serve` has them; stdout is ours
 config = Config(port=0)
 server = build_server(config, create_app(config))
 sock = socket.socket()

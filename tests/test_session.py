@@ -25,6 +25,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
     DecodeFailure,
     Error,
@@ -104,7 +105,9 @@ TOOLS = ToolRegistry(
 class Harness:
     """Drives a Session the way the driver does, and records what it sends."""
 
-    def __init__(self, *, model_supports_tools: bool = True) -> None:
+    def __init__(
+        self, *, model_supports_tools: bool = True, principal: Principal = ANONYMOUS
+    ) -> None:
         counter = itertools.count(1)
         self.session = Session(
             SessionSettings(
@@ -114,6 +117,7 @@ class Harness:
                 model_supports_tools=model_supports_tools,
                 limits=LIMITS,
                 server_tool_timeout=5.0,
+                principal=principal,
             ),
             session_id="sess_1",
             resume_token="token",
@@ -215,6 +219,29 @@ def test_client_functions_declared_at_start_join_the_tools():
         *((d.name, d.kind) for d in TOOLS.definitions()),
         ("vibrate", "client"),
     ]
+
+
+def test_client_functions_the_principal_may_not_declare_are_forbidden():
+    h = Harness(
+        principal=Principal(
+            name="key:k", kind="client_token", client_functions=frozenset({"vibrate"})
+        )
+    )
+    beep = ToolSpec(name="beep", description="Beep.")
+    vibrate = ToolSpec(name="vibrate", description="Vibrate the phone.")
+    (error,) = h.feed(SessionStart(id="s", client_functions=[vibrate, beep]))
+    assert isinstance(error, Error)
+    assert (error.code, error.in_reply_to) == ("forbidden", "s")
+    assert "'beep'" in error.message
+    assert not h.session.started
+    # The agent's own client functions (lamp) are always allowed: declaring them adds nothing.
+    lamp = ToolSpec(name="lamp", description="Switch the lamp.")
+    created = h.start(client_functions=[vibrate, lamp])
+    assert {"vibrate", "lamp"} <= {t.name for t in created.tools}
+    (error,) = h.feed(SessionUpdate(id="u", client_functions=[beep]))
+    assert isinstance(error, Error)
+    assert error.code == "forbidden"
+    assert h.session.principal.name == "key:k"
 
 
 def test_model_without_tool_support_refuses_a_session_with_tools():

@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
@@ -148,3 +149,43 @@ async def test_on_a_phone_sized_screen_by_keyboard(demo: Gateway):
             SHOTS.mkdir(exist_ok=True)
             await page.screenshot(path=SHOTS / "test_on_a_phone_sized_screen.png")
             await browser.close()
+
+
+async def test_the_page_connects_with_a_dev_token(page: Page, demo: Gateway):
+    (driver,) = demo.runtime.drivers.values()
+    principal = driver.session.principal
+    assert (principal.name, principal.kind) == ("key:dev", "client_token")
+    # The dev token is bound to the page's own origin.
+    assert principal.origin == demo.url.replace("ws://", "http://").removesuffix("/v1/realtime")
+
+
+async def test_with_auth_on_the_page_connects_with_a_token_from_its_url():
+    key = "backend-key-0123456789abcdef"
+    auth = {"no_auth": False, "api_keys": f"backend:{key}", "token_secret": "s" * 40}
+    async with serving(agent=None, scripted_pace=0, **auth) as gateway:
+        base = gateway.url.replace("ws://", "http://").removesuffix("/v1/realtime")
+        async with httpx.AsyncClient(base_url=base, trust_env=False) as client:
+            minted = await client.post(
+                "/v1/sessions",
+                json={"origin": base, "user": {"id": "demo-user"}},
+                headers={"authorization": f"Bearer {key}"},
+            )
+        assert minted.status_code == 201
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=FLAGS
+            )
+            page = await browser.new_page()
+            try:
+                await page.goto(f"{base}/?token={minted.json()['token']}")
+                await expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+                assert "token" not in page.url  # removed from the address bar at once
+                await expect(page.locator('.tool[data-tool="check_stock"]')).to_be_visible()
+                await send(page, "hello")
+                await expect(last_answer(page)).to_contain_text(GREETING)
+                (driver,) = gateway.runtime.drivers.values()
+                assert driver.session.principal.name == "key:backend/user:demo-user"
+            finally:
+                SHOTS.mkdir(exist_ok=True)
+                await page.screenshot(path=SHOTS / "test_with_auth_on_the_page.png")
+                await browser.close()

@@ -5,6 +5,38 @@
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 const SDK_URL = "/sdk/gateway-client.js";
 
+// ---- Credential: a client token from the page's URL (?token=, minted by your backend with
+// POST /v1/sessions), else a development token from POST /v1/dev/token (served only by a
+// gateway started with --no-auth). The URL's token is removed from the address bar at once,
+// so it stays out of the history and of Referer headers.
+
+const PAGE_TOKEN = new URLSearchParams(location.search).get("token");
+if (PAGE_TOKEN !== null) {
+  const url = new URL(location.href);
+  url.searchParams.delete("token");
+  history.replaceState(history.state, "", url);
+}
+
+/** A fresh development token, or null when the gateway serves none (auth is on). */
+async function devToken() {
+  const response = await fetch("/v1/dev/token", { method: "POST", headers: { accept: "application/json" } });
+  if (response.status === 404) return null;
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok || typeof data.token !== "string") throw new Error(data.error ?? `HTTP ${response.status}`);
+  return data.token;
+}
+
+/** The token to connect with now: the page's, else a fresh dev token (null: none). */
+async function currentToken() {
+  return PAGE_TOKEN ?? (await devToken());
+}
+
+/** Headers carrying the token for the HTTP endpoints (GET /v1/tools needs one when auth is on). */
+async function authHeaders() {
+  const token = await currentToken().catch(() => null);
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
 // The demo's store directory: the same five stores as client_sdk/device.py (zip -> store).
 const STORES = [
   { zip: 10001, name: "Midtown", address: "350 5th Ave, New York, NY" },
@@ -519,7 +551,7 @@ let toolsFallback = false; // /v1/tools failed: show the session's tool list ins
 
 async function loadTools() {
   try {
-    const response = await fetch("/v1/tools", { headers: { accept: "application/json" } });
+    const response = await fetch("/v1/tools", { headers: { accept: "application/json", ...(await authHeaders()) } });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const data = await response.json();
     for (const tool of data.tools ?? []) toolInfo.set(tool.name, tool);
@@ -732,7 +764,20 @@ async function boot() {
     addNote(`Could not load the browser SDK from ${SDK_URL}: ${err.message}`, { kind: "error" });
     throw err;
   }
-  conv = new sdk.GatewayClient(WS_URL, { reconnect: true });
+  // The SDK asks for a token before every connect and resume: dev tokens are short-lived.
+  let token;
+  try {
+    token = (await currentToken()) ?? undefined;
+  } catch (err) {
+    setConnection({ state: "closed", reconnects: 0 });
+    addNote(`Could not get a token from /v1/dev/token: ${err.message}`, { kind: "error" });
+    throw err;
+  }
+  if (token === undefined) {
+    addNote("This gateway requires a client token: open the page with ?token=… (minted by your backend with POST /v1/sessions).", { kind: "warn" });
+  }
+  const fresh = PAGE_TOKEN === null && token !== undefined ? async () => (await devToken()) ?? "" : token;
+  conv = new sdk.GatewayClient(WS_URL, { reconnect: true, token: fresh });
   registerClientFunctions();
   conv.on("*", handleEvent);
   conv.on("connection", setConnection);

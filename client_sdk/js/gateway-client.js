@@ -34,7 +34,7 @@
  *   batch, and its value (or a Promise of it) is sent back as the result. A thrown error
  *   becomes an error result (`"TypeError: ..."`); a handler still running at the call's
  *   deadline gets an error result too, and `signal` is aborted. Each call id runs once.
- * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4004, 4008
+ * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
  *   `maxReconnectDelay`). Results the gateway has not confirmed and user messages it has not
  *   answered are sent again (the gateway applies each once), and calls that opened while
@@ -260,7 +260,10 @@
 /**
  * @typedef {object} GatewayClientOptions
  * @property {typeof WebSocket} [WebSocketImpl] The WebSocket class (default `globalThis.WebSocket`).
- * @property {string} [token] A client token, sent as `?token=`.
+ * @property {string | (() => string | Promise<string>)} [token] A client token (your backend
+ *   mints one with `POST /v1/sessions`), or a function returning a fresh one: it is called
+ *   before every connect and reconnect, so a session outlives its tokens. Sent as the
+ *   subprotocol `gateway.token.<token>`, which keeps it out of URLs and access logs.
  * @property {string} [agent] The agent to talk to (the gateway's default when absent).
  * @property {string} [instructions] Extra instructions for this session.
  * @property {Record<string, any>} [metadata] Anything the app wants kept with the session.
@@ -273,9 +276,11 @@
 
 /** The WebSocket subprotocol the client offers. */
 export const SUBPROTOCOL = "gateway.v1";
+/** A client token is offered as the subprotocol `gateway.token.<token>`, beside `gateway.v1`. */
+export const TOKEN_SUBPROTOCOL_PREFIX = "gateway.token.";
 
 /** Closes after which resuming makes no sense: the session is gone or not ours. */
-const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4004, 4008, 4009]);
+const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4003, 4004, 4008, 4009]);
 const FIRST_RECONNECT_DELAY_MS = 50;
 const RESUME_ANSWER_TIMEOUT_MS = 10_000;
 const CLOSE_WAIT_MS = 1_000;
@@ -394,7 +399,8 @@ export class GatewayClient {
       throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
     }
     this._WebSocket = WebSocketImpl;
-    this._url = withToken(url, token);
+    this._url = url;
+    this._token = token;
     this._startFields = compact({ agent, instructions, metadata });
     this._reconnect = Boolean(reconnect);
     this._maxDelay = Math.max(0, Number(maxReconnectDelay));
@@ -477,8 +483,8 @@ export class GatewayClient {
     if (!this._connected) {
       const connected = (this._connected = deferred());
       this._setState("connecting");
-      this._pending = this._dial({
-        open: (ws) => {
+      const handlers = {
+        open: (/** @type {any} */ ws) => {
           this._pending = null;
           if (this._end) return;
           this._ws = ws;
@@ -488,7 +494,7 @@ export class GatewayClient {
         frame: (ws, data) => {
           if (ws === this._ws) this._onFrame(data);
         },
-        close: (ws, code, reason, opened) => {
+        close: (/** @type {any} */ ws, /** @type {number} */ code, /** @type {string} */ reason, /** @type {boolean} */ opened) => {
           if (!opened) {
             if (this._pending === ws) this._pending = null;
             this._finish(new SessionClosed(code, reason || "could not connect to the gateway"));
@@ -496,7 +502,20 @@ export class GatewayClient {
           }
           this._onDrop(ws, code, reason);
         },
-      });
+      };
+      if (typeof this._token === "function") {
+        const source = this._token;
+        Promise.resolve()
+          .then(() => source())
+          .then(
+            (token) => {
+              if (!this._end && !this._closing) this._pending = this._dial(handlers, token);
+            },
+            (err) => this._finish(new SessionClosed(1006, `could not get a client token: ${describe(err)}`)),
+          );
+      } else {
+        this._pending = this._dial(handlers, this._token);
+      }
     }
     return this._connected.promise;
   }
@@ -749,14 +768,17 @@ export class GatewayClient {
 
   /**
    * Open a socket and route its events. `close` gets `opened` = whether it ever opened.
+   * @param {any} on the handlers: open, frame, close
+   * @param {string | undefined} token offered as the `gateway.token.<token>` subprotocol
    * @returns {any} the socket, or null when the constructor threw (then `close` follows).
    */
-  _dial(on) {
+  _dial(on, token) {
     let ws;
     let opened = false;
     let closed = false;
+    const protocols = token == null ? [SUBPROTOCOL] : [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token];
     try {
-      ws = new this._WebSocket(this._url, [SUBPROTOCOL]);
+      ws = new this._WebSocket(this._url, protocols);
     } catch (err) {
       queueMicrotask(() => on.close(null, 1006, describe(err), false));
       return null;
@@ -886,10 +908,27 @@ export class GatewayClient {
   }
 
   /**
-   * One attempt: open a socket, send session.resume, wait for the answer.
+   * One attempt: get the token, open a socket, send session.resume, wait for the answer.
    * @returns {Promise<"resumed" | "retry" | "stop">}
    */
-  _resumeOnce() {
+  async _resumeOnce() {
+    let token = this._token;
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch {
+        return "retry"; // the app's backend is not reachable (yet): like the gateway
+      }
+      if (this._closing || this._end) return "stop";
+    }
+    return this._resumeWith(token);
+  }
+
+  /**
+   * @param {string | undefined} token
+   * @returns {Promise<"resumed" | "retry" | "stop">}
+   */
+  _resumeWith(token) {
     return new Promise((resolve) => {
       /** @type {"dialing" | "waiting" | "gap" | "live" | "abandoned"} */
       let phase = "dialing";
@@ -961,7 +1000,7 @@ export class GatewayClient {
             settle("retry"); // the gateway is not reachable yet: wait and try again
           }
         },
-      });
+      }, token);
       this._pending = ws;
     });
   }
@@ -1180,17 +1219,6 @@ function randomId(prefix) {
   }
   const b64 = btoa(String.fromCharCode(...bytes));
   return prefix + b64.replace(/\+/g, "-").replace(/\//g, "_");
-}
-
-/** `url` with `?token=` (or `&token=`) added, before any `#fragment`. */
-function withToken(url, token) {
-  if (token === undefined || token === null) return url;
-  const hashAt = url.indexOf("#");
-  const base = hashAt === -1 ? url : url.slice(0, hashAt);
-  const hash = hashAt === -1 ? "" : url.slice(hashAt);
-  const queryAt = base.indexOf("?");
-  const separator = queryAt === -1 ? "?" : queryAt === base.length - 1 ? "" : "&";
-  return `${base}${separator}token=${encodeURIComponent(token)}${hash}`;
 }
 
 function safeClose(ws, code, reason) {

@@ -220,7 +220,7 @@ async function dropAndResume(gw, sock, n, resumed = {}) {
 
 test("connect offers gateway.v1 and the token; session.start declares the client functions", async () => {
   const { conv, sock, start } = await started(
-    { token: "t k", agent: "demo", instructions: "Be brief.", metadata: { app: "3.2" } },
+    { token: "eyJ0.eyJ1.c2ln", agent: "demo", instructions: "Be brief.", metadata: { app: "3.2" } },
     (c) =>
       c.clientFunction("get_battery_level", () => ({ level: 1 }), {
         description: "Read the battery.",
@@ -229,8 +229,10 @@ test("connect offers gateway.v1 and the token; session.start declares the client
         displayName: "Battery level",
       }),
   );
-  assert.deepEqual(sock.protocols, ["gateway.v1"]);
-  assert.equal(sock.url, `${URL}?token=t%20k`);
+  // The token goes as a subprotocol, never in the URL (URLs end up in access logs).
+  assert.deepEqual(sock.protocols, ["gateway.v1", "gateway.token.eyJ0.eyJ1.c2ln"]);
+  assert.equal(sock.url, URL);
+  assert.equal(sock.protocol, "gateway.v1");
   assert.deepEqual(start, {
     type: "session.start",
     agent: "demo",
@@ -272,6 +274,33 @@ test("connect offers gateway.v1 and the token; session.start declares the client
   );
   assert.throws(() => conv.clientFunction("Bad-Name", () => 1), ClientError);
   await conv.close();
+});
+
+test("a token function is asked for a fresh token before the connect and every resume", async () => {
+  let minted = 0;
+  const fetchToken = async () => `tok.${++minted}.sig`;
+  const { gw, sock } = await started({ token: fetchToken });
+  assert.deepEqual(sock.protocols, ["gateway.v1", "gateway.token.tok.1.sig"]);
+  const next = await dropAndResume(gw, sock, 1);
+  assert.deepEqual(next.protocols, ["gateway.v1", "gateway.token.tok.2.sig"]);
+  assert.equal(next.url, URL);
+});
+
+test("a token function that fails ends connect() with SessionClosed", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, {
+    WebSocketImpl: gw.WebSocket,
+    token: async () => {
+      throw new Error("backend down");
+    },
+  });
+  await assert.rejects(conv.connect(), (err) => err instanceof SessionClosed && /backend down/.test(err.message));
+  assert.equal(gw.attempts.length, 0);
+});
+
+test("without a token only gateway.v1 is offered", async () => {
+  const { sock } = await started();
+  assert.deepEqual(sock.protocols, ["gateway.v1"]);
 });
 
 test("start() rejects with ServerError when the gateway refuses session.start", async () => {
