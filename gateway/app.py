@@ -23,6 +23,7 @@ from gateway.connection import Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
+from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
@@ -62,6 +63,17 @@ class Runtime:
         self.idle.set()
         self.closing = False
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self.schema_guard = SchemaGuard(
+            SchemaLimits(
+                max_size=config.tool_schema_max_size,
+                max_total_size=config.client_functions_max_size,
+                max_depth=config.max_schema_depth,
+                max_nodes=config.max_schema_nodes,
+                max_pattern_length=config.max_schema_pattern_length,
+            ),
+            cache_size=config.max_cached_schemas,
+        )
+        """Client-function schema limits, and the schemas checked so far (all sessions)."""
 
     def connection(self, socket: Socket) -> Connection:
         """Wrap a socket with this gateway's outbound bounds."""
@@ -88,6 +100,7 @@ class Runtime:
                 client_call_timeout=config.client_call_timeout,
             ),
             server_tool_timeout=config.server_tool_timeout,
+            schema_guard=self.schema_guard,
         )
         session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
         await self.store.create_session(

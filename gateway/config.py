@@ -61,6 +61,33 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_messages_per_second: float | None = 50.0
+    """Frames a socket may send per second, on average; a frame over the limit is dropped
+    and answered with ``error rate_limited``. ``None`` disables the limit."""
+    max_message_burst: int | None = 100
+    """Frames a socket may send at once above the rate (the token bucket's size). A client
+    that sends this many more frames over the limit in a row is closed with 1008
+    ("message flood"). ``None`` disables the limit."""
+    tool_schema_max_size: int | None = 16 * 2**10
+    """Largest JSON Schema (input or output) of one client function, in bytes of JSON;
+    ``None`` disables the limit."""
+    client_functions_max_size: int | None = 128 * 2**10
+    """Bytes of JSON Schema, all of them together, that one ``session.start`` or
+    ``session.update`` may declare; ``None`` disables the limit."""
+    max_schema_depth: int | None = 24
+    """Deepest nesting of objects and arrays in a client function's schema; ``None``
+    disables the limit (keep it: deep schemas exhaust the stack)."""
+    max_schema_nodes: int | None = 200
+    """Object members and array items, ``$ref`` targets counted where they are used, in
+    all the client-function schemas of one ``session.start`` or ``session.update``.
+    Checking a new schema costs up to about 0.6 ms per node on the event loop (see
+    docs/limits.md). ``None`` disables the limit."""
+    max_schema_pattern_length: int | None = 256
+    """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
+    in characters; ``None`` disables the limit."""
+    max_cached_schemas: int = 256
+    """Checked client-function schemas kept, compiled, for the sessions that declare them
+    again (least recently used go first); 0 checks every declaration anew."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

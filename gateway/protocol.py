@@ -52,6 +52,7 @@ __all__ = [
     "decode_client",
     "decode_server",
     "encode",
+    "frame_id",
     "protocol_schema",
     "struct_schema",
 ]
@@ -187,11 +188,13 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
 
 
 class DecodeFailure(msgspec.Struct, frozen=True, kw_only=True):
-    """A client frame that did not decode; the session answers it with an ``error``."""
+    """A client frame that did not decode (or was refused unread, ``rate_limited``); the
+    session answers it with an ``error``."""
 
-    code: Literal["invalid_message", "unknown_type"]
+    code: Literal["invalid_message", "unknown_type", "rate_limited"]
     message: str
     in_reply_to: str | None = None
+    retryable: bool = False
 
 
 # --------------------------------------------------------------------- server -> client
@@ -384,6 +387,9 @@ def decode_server(data: bytes | str) -> Outbound:
     return _server_decoder.decode(data)
 
 
+_TOO_DEEP = DecodeFailure(code="invalid_message", message="invalid JSON: nested too deeply")
+
+
 def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     """Decode a client frame; never raises on bad input.
 
@@ -392,11 +398,20 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     """
     try:
         return _client_decoder.decode(data)
+    except RecursionError:
+        return _TOO_DEEP
     except msgspec.DecodeError as exc:
         if not isinstance(exc, msgspec.ValidationError):
             return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
         detail = str(exc)
-    raw = msgspec.json.decode(data)
+    # The typed decoder stops at the first wrong value; the rest of the frame may still be
+    # broken (truncated, trailing bytes, a number out of range), so this can fail too.
+    try:
+        raw = msgspec.json.decode(data)
+    except RecursionError:
+        return _TOO_DEEP
+    except msgspec.DecodeError as exc:
+        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
     if not isinstance(raw, dict):
         return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
     msg_id = raw.get("id")
@@ -416,6 +431,23 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     return DecodeFailure(
         code="invalid_message", message=f"invalid {msg_type}: {detail}", in_reply_to=in_reply_to
     )
+
+
+class _FrameId(msgspec.Struct):
+    id: Any = None
+
+
+_frame_id_decoder = msgspec.json.Decoder(_FrameId)
+
+
+def frame_id(data: bytes | str) -> str | None:
+    """The ``id`` of a client frame without decoding the rest (for errors about frames that
+    are refused unread); ``None`` when it has no usable one. Never raises on bad input."""
+    try:
+        msg_id = _frame_id_decoder.decode(data).id
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return msg_id if isinstance(msg_id, str) and len(msg_id) <= 128 else None
 
 
 def struct_schema(struct_type: type[msgspec.Struct]) -> dict[str, Any]:

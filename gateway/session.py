@@ -69,6 +69,7 @@ from gateway.providers.base import (
     ModelToolCall,
     ToolSchema,
 )
+from gateway.schema_guard import SchemaGuard
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 from gateway.transcript import (
     CANCELLED,
@@ -94,6 +95,9 @@ class SessionSettings:
     model_supports_tools: bool
     limits: Limits
     server_tool_timeout: float
+    schema_guard: SchemaGuard | None = None
+    """Limits and cache for the schemas of client functions; ``None`` checks them in full
+    with no limits (for trusted callers only)."""
 
 
 class Phase(enum.Enum):
@@ -171,7 +175,7 @@ class Session:
             return
         match event:
             case DecodeFailure(code=code, message=message, in_reply_to=in_reply_to):
-                self._out.error(code, message, in_reply_to=in_reply_to)
+                self._out.error(code, message, in_reply_to=in_reply_to, retryable=event.retryable)
             case Ping(ts=ts):
                 self._out.send(Pong(ts=ts))
             case SessionStart():
@@ -334,7 +338,7 @@ class Session:
             for spec in specs
         ]
         try:
-            tools = self._settings.tools.extended(client_defs)
+            tools = self._settings.tools.extended(client_defs, self._settings.schema_guard)
         except ConfigError as exc:
             self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
             return None

@@ -9,6 +9,7 @@ new one. When the socket goes, the session stays (for ``session_ttl``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -16,7 +17,14 @@ from starlette.websockets import WebSocket
 
 from gateway.connection import Connection
 from gateway.errors import CloseCode
-from gateway.protocol import SUBPROTOCOL, DecodeFailure, Inbound, SessionResume, decode_client
+from gateway.protocol import (
+    SUBPROTOCOL,
+    DecodeFailure,
+    Inbound,
+    SessionResume,
+    decode_client,
+    frame_id,
+)
 
 if TYPE_CHECKING:
     from gateway.app import Runtime
@@ -46,7 +54,12 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
     conn = runtime.connection(websocket)
-    reader = _Reader(websocket)
+    reader = _Reader(
+        websocket,
+        conn,
+        rate=runtime.config.max_messages_per_second,
+        burst=runtime.config.max_message_burst,
+    )
     try:
         driver = await _open(runtime, conn, reader)
         if driver is not None:
@@ -115,12 +128,49 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
         watcher.cancel()
 
 
-class _Reader:
-    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end."""
+class _TokenBucket:
+    """``burst`` tokens, refilled at ``rate`` per second of ``clock``; a frame takes one."""
 
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = self._burst
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+class _Reader:
+    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end.
+
+    Nothing a client sends can end the reader: every frame becomes a message or a
+    ``DecodeFailure``. Frames over the socket's rate limit are not decoded; they get
+    ``error rate_limited``, and a client that goes on sending ``burst`` more of them in a
+    row is closed with 1008. Should the reader fail anyway (our bug), the socket closes
+    with 1011 and the exception is logged.
+    """
+
+    def __init__(
+        self, websocket: WebSocket, conn: Connection, *, rate: float | None, burst: int | None
+    ) -> None:
         self._websocket = websocket
+        self._conn = conn
         self._queue: asyncio.Queue[Inbound | DecodeFailure | None] = asyncio.Queue()
+        self._bucket = (
+            _TokenBucket(rate, burst, asyncio.get_running_loop().time)
+            if rate is not None and burst is not None
+            else None
+        )
+        self._flood_after = burst or 0
+        self._refused_in_a_row = 0
         self._task = asyncio.create_task(self._read(), name="gateway:receive")
         self.close_code: int | None = None
         """The close code the client sent, once it is gone."""
@@ -132,10 +182,35 @@ class _Reader:
                 if message["type"] == "websocket.disconnect":
                     self.close_code = message.get("code")
                     return
+                if self._bucket is not None and not self._bucket.take():
+                    if not self._refuse(message.get("text")):
+                        return
+                    continue
+                self._refused_in_a_row = 0
                 text = message.get("text")
                 self._queue.put_nowait(_BINARY if text is None else decode_client(text))
+        except Exception:
+            log.exception("frame_reader_failed")
+            self._conn.close(CloseCode.INTERNAL)  # our bug: no reason text
         finally:
             self._queue.put_nowait(None)
+
+    def _refuse(self, text: str | None) -> bool:
+        """Answer a frame over the rate limit unread; ``False`` once the client floods."""
+        self._refused_in_a_row += 1
+        if self._refused_in_a_row > self._flood_after:
+            log.warning("message_flood_closed", refused=self._refused_in_a_row)
+            self._conn.close(CloseCode.POLICY, "message flood")
+            return False
+        self._queue.put_nowait(
+            DecodeFailure(
+                code="rate_limited",
+                message="too many messages per second: this one was dropped",
+                in_reply_to=None if text is None else frame_id(text),
+                retryable=True,
+            )
+        )
+        return True
 
     def end(self) -> None:
         """Drop what is unread: ``next`` returns ``None`` from now on."""
