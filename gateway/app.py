@@ -7,7 +7,9 @@ import hashlib
 import hmac
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import structlog
 from starlette.applications import Starlette
@@ -37,6 +39,12 @@ log = structlog.get_logger("gateway.app")
 _ROOT = Path(__file__).resolve().parent.parent
 WEB_DEMO = _ROOT / "web_demo"
 SDK_JS = _ROOT / "client_sdk" / "js"
+
+
+_SCHEMA_CHECKER = ThreadPoolExecutor(1, thread_name_prefix="gateway-schemas")
+"""One thread checks new client-function schemas, for the whole process: a costly
+declaration holds up other new declarations at worst, never the event loop (which gets
+the GIL back every 5 ms)."""
 
 
 def new_id(prefix: str) -> str:
@@ -117,6 +125,7 @@ class Runtime:
             server_tools=self.agent.server_tools,
             store=self.store,
             session_ttl=config.session_ttl,
+            check_schemas=self.check_schemas,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
@@ -124,6 +133,16 @@ class Runtime:
             self._run(driver), name=f"gateway:session:{driver.session_id}"
         )
         return driver
+
+    async def check_schemas(self, schemas: list[dict[str, Any]]) -> None:
+        """Check the new schemas of a declaration in the checker thread; cache them."""
+        unchecked = self.schema_guard.unchecked(schemas)
+        if unchecked:
+            loop = asyncio.get_running_loop()
+            checked = await loop.run_in_executor(
+                _SCHEMA_CHECKER, self.schema_guard.check, unchecked
+            )
+            self.schema_guard.store(checked)  # no await after this: the core finds them
 
     async def find_session(self, msg: SessionResume) -> Driver | CloseCode:
         """The live session a ``session.resume`` names, or the close code refusing it."""

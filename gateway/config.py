@@ -77,17 +77,18 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_schema_depth: int | None = 24
     """Deepest nesting of objects and arrays in a client function's schema; ``None``
     disables the limit (keep it: deep schemas exhaust the stack)."""
-    max_schema_nodes: int | None = 200
+    max_schema_nodes: int | None = 500
     """Object members and array items, ``$ref`` targets counted where they are used, in
     all the client-function schemas of one ``session.start`` or ``session.update``.
-    Checking a new schema costs up to about 0.6 ms per node on the event loop (see
+    Checking a new schema costs up to about 0.6 ms per node (in a worker thread; see
     docs/limits.md). ``None`` disables the limit."""
     max_schema_pattern_length: int | None = 256
     """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
     in characters; ``None`` disables the limit."""
     max_cached_schemas: int = 256
     """Checked client-function schemas kept, compiled, for the sessions that declare them
-    again (least recently used go first); 0 checks every declaration anew."""
+    again (least recently used go first). Keep it at 256 or more: a declaration holds up
+    to 256 schemas, and those that do not fit are checked on the event loop."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import msgspec
@@ -47,6 +47,8 @@ from gateway.protocol import (
     ServerMsg,
     SessionCreated,
     SessionResumed,
+    SessionStart,
+    SessionUpdate,
     ToolCalls,
     ToolStatus,
     encode,
@@ -90,6 +92,9 @@ class Driver:
         store: the event log and call ledger.
         session_ttl: seconds the session waits for a resume once detached.
         clock: wall-clock seconds; deadlines on the wire are Unix times.
+        check_schemas: checks the client-function schemas a ``session.start`` or
+            ``session.update`` declares, off the event loop, before the core sees it (the
+            core then finds them checked); without it, the core checks them itself.
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class Driver:
         store: Store,
         session_ttl: float,
         clock: Callable[[], float] = time.time,
+        check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -108,6 +114,7 @@ class Driver:
         self._store = store
         self._ttl = session_ttl
         self._clock = clock
+        self._check_schemas = check_schemas
         self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
@@ -153,6 +160,8 @@ class Driver:
                     continue
                 if isinstance(event, Ack):
                     await self._store.trim_events(self.session_id, event.seq)
+                if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
+                    await self._check_schemas(_declared_schemas(event))
                 await self._apply(event)
         finally:
             await self._cancel_all()
@@ -377,3 +386,12 @@ class Driver:
                 log.info("error_sent", code=code, call_id=msg.call_id, in_reply_to=msg.in_reply_to)
             case _:
                 pass
+
+
+def _declared_schemas(msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
+    return [
+        schema
+        for spec in msg.client_functions or ()
+        for schema in (spec.input_schema, spec.output_schema)
+        if schema is not None
+    ]

@@ -16,6 +16,7 @@ the schema's canonical JSON, for every session of the gateway.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -34,6 +35,13 @@ _BASE_KEYWORDS = frozenset(
 _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
 """Their values are data, not subschemas: not counted as nodes, still bounded in depth."""
 _MAX_REF_CHAIN = 16
+
+_Entry = tuple[SchemaValidator | str, int]
+"""A checked schema: its validator or why it is refused, and its nodes."""
+
+
+def _over(limit: int | None, value: int) -> bool:
+    return limit is not None and value > limit
 
 
 class SchemaLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,7 +82,7 @@ class SchemaGuard:
     def __init__(self, limits: SchemaLimits, cache_size: int = 256) -> None:
         self.limits = limits
         self._cache_size = cache_size
-        self._cache: OrderedDict[bytes, tuple[SchemaValidator | str, int]] = OrderedDict()
+        self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
 
     def compile(self, schema: dict[str, Any], budget: SchemaBudget) -> SchemaValidator | str:
         """The validator of ``schema``, or why it is refused (naming the limit).
@@ -100,19 +108,59 @@ class SchemaGuard:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._check(schema)
-            if self._cache_size > 0:
-                self._cache[key] = entry
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
+        self._keep(key, entry)
         compiled, nodes = entry
         budget.nodes += nodes
         if limits.max_nodes is not None and budget.nodes > limits.max_nodes:
             return _too_many(limits.max_nodes)
         return compiled
 
-    def _check(self, schema: dict[str, Any]) -> tuple[SchemaValidator | str, int]:
+    def unchecked(self, schemas: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The schemas of one declaration that ``compile`` would check anew (not cached and
+        within the limits), so that the caller can check them elsewhere first (``check``,
+        ``store``). It stops where the declaration crosses a limit: the rest is refused."""
+        limits = self.limits
+        budget = SchemaBudget()
+        found: list[dict[str, Any]] = []
+        for schema in schemas:
+            try:
+                key = msgspec.json.encode(schema, order="sorted")
+            except RecursionError:
+                break
+            budget.size += len(key)
+            if _over(limits.max_size, len(key)) or _over(limits.max_total_size, budget.size):
+                break
+            entry = self._cache.get(key)
+            if entry is None:
+                try:
+                    budget.nodes += _walk(schema, limits)
+                except _Refused:
+                    break
+                found.append(schema)
+            else:
+                budget.nodes += entry[1]
+            if _over(limits.max_nodes, budget.nodes):
+                break
+        return found
+
+    def check(self, schemas: list[dict[str, Any]]) -> list[tuple[bytes, _Entry]]:
+        """Check and compile ``schemas`` without touching the cache: safe in another
+        thread. ``store`` the result for ``compile`` to find."""
+        return [(msgspec.json.encode(s, order="sorted"), self._check(s)) for s in schemas]
+
+    def store(self, checked: list[tuple[bytes, _Entry]]) -> None:
+        """Keep what ``check`` found, as ``compile`` would have."""
+        for key, entry in checked:
+            self._keep(key, entry)
+
+    def _keep(self, key: bytes, entry: _Entry) -> None:
+        if self._cache_size > 0:
+            self._cache[key] = entry
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _check(self, schema: dict[str, Any]) -> _Entry:
         """Walk, then (within the limits) check and compile; with the schema's nodes."""
         try:
             nodes = _walk(schema, self.limits)

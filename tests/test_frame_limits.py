@@ -35,9 +35,12 @@ from gateway.protocol import (
 from tests.support import running_gateway, say, session, streamed_text
 
 
-def update_frame(input_schema: dict[str, Any], msg_id: str = "u") -> str:
-    function = {"name": "costly", "description": "d", "input_schema": input_schema}
-    return json.dumps({"type": "session.update", "id": msg_id, "client_functions": [function]})
+def update_frame(input_schema: dict[str, Any], msg_id: str = "u", functions: int = 1) -> str:
+    declared = [
+        {"name": f"costly_{n}", "description": "d", "input_schema": input_schema}
+        for n in range(functions)
+    ]
+    return json.dumps({"type": "session.update", "id": msg_id, "client_functions": declared})
 
 
 async def ping_round_trips(conn: Connection, until: Awaitable[Any]) -> list[float]:
@@ -83,22 +86,22 @@ async def test_a_costly_schema_is_refused_while_other_sessions_stay_responsive()
     assert statistics.median(rtts) < 0.050, rtts
 
 
-async def test_a_schema_within_the_limits_but_costly_to_check_stalls_without_them():
-    # The measurement above can fail: with the limits off, 400 subschemas take ~0.25 s
-    # of check_schema, and a ping sent meanwhile waits for it.
-    costly = {"type": "object", "allOf": [{}] * 400}
-    off = {
-        "tool_schema_max_size": None,
-        "client_functions_max_size": None,
-        "max_schema_nodes": None,
-    }
-    async with running_gateway(**off) as url, session(url) as (victim, _):
-        async with session(url) as (attacker, _):
-            rtts = await ping_round_trips(victim, refusal_or_update(attacker, update_frame(costly)))
-    assert max(rtts) > 0.050, rtts
+async def test_a_new_schema_at_the_limits_is_checked_off_the_event_loop():
+    # 500 nodes of empty subschemas: the costliest declaration the default limits let
+    # through (about 0.3 s of check_schema). Checked on the event loop, it would hold
+    # every ping sent meanwhile for that long.
+    at_limit = {"type": "object", "allOf": [{}] * 498}
+    async with running_gateway() as url, session(url) as (victim, _):
+        async with session(url) as (client, _):
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            rtts = await ping_round_trips(victim, updated(client, update_frame(at_limit)))
+            took = loop.time() - started
+    assert len(rtts) >= 5, (rtts, took)
+    assert statistics.median(rtts) < 0.050, rtts
 
 
-async def refusal_or_update(conn: Connection, frame: str) -> None:
+async def updated(conn: Connection, frame: str) -> None:
     await conn.send_raw(frame)
     assert isinstance(await conn.recv(within=30), SessionUpdated)
 
@@ -137,6 +140,17 @@ async def test_schemas_over_a_limit_are_refused_naming_it(schema, limit):
         assert error.message.startswith("client_functions:")
         events = await say(conn, "echo fine")
     assert streamed_text(events) == "fine"
+
+
+async def test_the_schemas_of_one_declaration_share_the_limits():
+    # 3 x 202 nodes: one function is fine alone, three are not (max_schema_nodes = 500).
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(100)}}
+    async with running_gateway() as url, session(url) as (conn, _):
+        await conn.send_raw(update_frame(schema, "one"))
+        assert isinstance(await conn.recv(), SessionUpdated)
+        error = await refusal(conn, update_frame(schema, "three", functions=3))
+        assert (error.code, error.in_reply_to) == ("invalid_message", "three")
+        assert "max_schema_nodes" in error.message
 
 
 async def test_a_schema_nested_100_deep_is_refused_and_the_session_goes_on():
