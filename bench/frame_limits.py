@@ -16,8 +16,8 @@ import statistics
 from typing import Any
 
 from client_sdk import Connection
-from gateway.app import Runtime
 from gateway.logging import configure_logging
+from gateway.schema_worker import SchemaWorker
 from tests.support import running_gateway, session
 
 __all__: list[str] = []
@@ -75,7 +75,7 @@ async def main() -> None:
     for offload in (True, False):
         async with running_gateway() as url:
             if not offload:
-                Runtime.check_schemas = _no_offload  # type: ignore[method-assign]
+                SchemaWorker.check = _no_offload  # type: ignore[method-assign]
             async with session(url) as (victim, _), session(url) as (client, _):
                 for name, build in CASES:
                     samples = [
@@ -83,19 +83,19 @@ async def main() -> None:
                     ]
                     took = statistics.median(t for t, _ in samples)
                     rtts = [r for _, rs in samples for r in rs]
-                    where = "worker thread" if offload else "event loop"
+                    where = "worker" if offload else "event loop"
                     print(
                         f"{name:<28} check on {where:<13} answer p50 {took * 1000:7.1f} ms"
                         f"  victim ping n={len(rtts):<4} p50 {statistics.median(rtts) * 1000:6.1f}"
                         f" ms  max {max(rtts) * 1000:6.1f} ms"
                     )
-    Runtime.check_schemas = _ORIGINAL  # type: ignore[method-assign]
+    SchemaWorker.check = _ORIGINAL  # type: ignore[method-assign]
 
 
-_ORIGINAL = Runtime.check_schemas
+_ORIGINAL = SchemaWorker.check
 
 
-async def _no_offload(self: Runtime, schemas: list[dict[str, Any]]) -> None:
+async def _no_offload(self: SchemaWorker, schemas: list[dict[str, Any]]) -> None:
     """The core checks new schemas itself, on the event loop (as before the worker)."""
 
 

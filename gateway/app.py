@@ -7,9 +7,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import structlog
 from starlette.applications import Starlette
@@ -26,6 +24,7 @@ from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
 from gateway.schema_guard import SchemaGuard, SchemaLimits
+from gateway.schema_worker import SchemaWorker
 from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
@@ -39,12 +38,6 @@ log = structlog.get_logger("gateway.app")
 _ROOT = Path(__file__).resolve().parent.parent
 WEB_DEMO = _ROOT / "web_demo"
 SDK_JS = _ROOT / "client_sdk" / "js"
-
-
-_SCHEMA_CHECKER = ThreadPoolExecutor(1, thread_name_prefix="gateway-schemas")
-"""One thread checks new client-function schemas, for the whole process: a costly
-declaration holds up other new declarations at worst, never the event loop (which gets
-the GIL back every 5 ms)."""
 
 
 def new_id(prefix: str) -> str:
@@ -82,6 +75,7 @@ class Runtime:
             cache_size=config.max_cached_schemas,
         )
         """Client-function schema limits, and the schemas checked so far (all sessions)."""
+        self.schema_worker = SchemaWorker(self.schema_guard)
 
     def connection(self, socket: Socket) -> Connection:
         """Wrap a socket with this gateway's outbound bounds."""
@@ -125,7 +119,7 @@ class Runtime:
             server_tools=self.agent.server_tools,
             store=self.store,
             session_ttl=config.session_ttl,
-            check_schemas=self.check_schemas,
+            check_schemas=self.schema_worker.check,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
@@ -133,16 +127,6 @@ class Runtime:
             self._run(driver), name=f"gateway:session:{driver.session_id}"
         )
         return driver
-
-    async def check_schemas(self, schemas: list[dict[str, Any]]) -> None:
-        """Check the new schemas of a declaration in the checker thread; cache them."""
-        unchecked = self.schema_guard.unchecked(schemas)
-        if unchecked:
-            loop = asyncio.get_running_loop()
-            checked = await loop.run_in_executor(
-                _SCHEMA_CHECKER, self.schema_guard.check, unchecked
-            )
-            self.schema_guard.store(checked)  # no await after this: the core finds them
 
     async def find_session(self, msg: SessionResume) -> Driver | CloseCode:
         """The live session a ``session.resume`` names, or the close code refusing it."""

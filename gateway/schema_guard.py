@@ -25,7 +25,7 @@ import msgspec
 
 from gateway.schema import SchemaValidator, pattern_problem, schema_problem
 
-__all__ = ["SchemaBudget", "SchemaGuard", "SchemaLimits"]
+__all__ = ["SchemaBudget", "SchemaGuard", "SchemaLimits", "Verdict", "check_schemas"]
 
 _DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _BASE_KEYWORDS = frozenset(
@@ -36,8 +36,32 @@ _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
 """Their values are data, not subschemas: not counted as nodes, still bounded in depth."""
 _MAX_REF_CHAIN = 16
 
+Verdict = tuple[str | None, int]
+"""Why a schema is refused (``None``: it is fine), and its nodes."""
 _Entry = tuple[SchemaValidator | str, int]
 """A checked schema: its validator or why it is refused, and its nodes."""
+
+
+def check_schemas(schemas: list[dict[str, Any]], limits: SchemaLimits) -> list[Verdict]:
+    """Check ``schemas`` (the costly part: the walk, then jsonschema's ``check_schema``).
+
+    A plain function of plain data, so it can run in another process; give the result to
+    ``SchemaGuard.store``.
+    """
+    return [_verdict(schema, limits) for schema in schemas]
+
+
+def _verdict(schema: dict[str, Any], limits: SchemaLimits) -> Verdict:
+    try:
+        nodes = _walk(schema, limits)
+    except _Refused as exc:
+        return str(exc), 0
+    return schema_problem(schema), nodes
+
+
+def _entry(schema: dict[str, Any], verdict: Verdict) -> _Entry:
+    problem, nodes = verdict
+    return (problem if problem is not None else SchemaValidator(schema)), nodes
 
 
 def _over(limit: int | None, value: int) -> bool:
@@ -95,19 +119,19 @@ class SchemaGuard:
         except RecursionError:
             return _too_deep(limits.max_depth)
         budget.size += len(key)
-        if limits.max_size is not None and len(key) > limits.max_size:
+        if _over(limits.max_size, len(key)):
             return (
                 f"the schema has {len(key)} bytes of JSON; the limit is {limits.max_size}"
                 " (tool_schema_max_size)"
             )
-        if limits.max_total_size is not None and budget.size > limits.max_total_size:
+        if _over(limits.max_total_size, budget.size):
             return (
                 f"the schemas have more than {limits.max_total_size} bytes of JSON together"
                 " (client_functions_max_size)"
             )
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._check(schema)
+            entry = _entry(schema, _verdict(schema, limits))
         self._keep(key, entry)
         compiled, nodes = entry
         budget.nodes += nodes
@@ -117,8 +141,9 @@ class SchemaGuard:
 
     def unchecked(self, schemas: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """The schemas of one declaration that ``compile`` would check anew (not cached and
-        within the limits), so that the caller can check them elsewhere first (``check``,
-        ``store``). It stops where the declaration crosses a limit: the rest is refused."""
+        within the limits), so that the caller can check them elsewhere first
+        (``check_schemas``, then ``store``). It stops where the declaration crosses a
+        limit: the rest is refused anyway."""
         limits = self.limits
         budget = SchemaBudget()
         found: list[dict[str, Any]] = []
@@ -143,15 +168,10 @@ class SchemaGuard:
                 break
         return found
 
-    def check(self, schemas: list[dict[str, Any]]) -> list[tuple[bytes, _Entry]]:
-        """Check and compile ``schemas`` without touching the cache: safe in another
-        thread. ``store`` the result for ``compile`` to find."""
-        return [(msgspec.json.encode(s, order="sorted"), self._check(s)) for s in schemas]
-
-    def store(self, checked: list[tuple[bytes, _Entry]]) -> None:
-        """Keep what ``check`` found, as ``compile`` would have."""
-        for key, entry in checked:
-            self._keep(key, entry)
+    def store(self, schemas: list[dict[str, Any]], verdicts: list[Verdict]) -> None:
+        """Keep what ``check_schemas`` (run elsewhere) found, as ``compile`` would have."""
+        for schema, verdict in zip(schemas, verdicts, strict=True):
+            self._keep(msgspec.json.encode(schema, order="sorted"), _entry(schema, verdict))
 
     def _keep(self, key: bytes, entry: _Entry) -> None:
         if self._cache_size > 0:
@@ -159,15 +179,6 @@ class SchemaGuard:
             self._cache.move_to_end(key)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-
-    def _check(self, schema: dict[str, Any]) -> _Entry:
-        """Walk, then (within the limits) check and compile; with the schema's nodes."""
-        try:
-            nodes = _walk(schema, self.limits)
-        except _Refused as exc:
-            return str(exc), 0
-        problem = schema_problem(schema)
-        return (problem if problem is not None else SchemaValidator(schema)), nodes
 
     def __len__(self) -> int:
         return len(self._cache)
