@@ -161,7 +161,7 @@ class Driver:
                 if isinstance(event, Ack):
                     await self._store.trim_events(self.session_id, event.seq)
                 if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
-                    await self._check_schemas(_declared_schemas(event))
+                    await self._check_schemas(self.session.declared_schemas(event))
                 await self._apply(event)
         finally:
             await self._cancel_all()
@@ -386,12 +386,3 @@ class Driver:
                 log.info("error_sent", code=code, call_id=msg.call_id, in_reply_to=msg.in_reply_to)
             case _:
                 pass
-
-
-def _declared_schemas(msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
-    return [
-        schema
-        for spec in msg.client_functions or ()
-        for schema in (spec.input_schema, spec.output_schema)
-        if schema is not None
-    ]

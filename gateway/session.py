@@ -319,12 +319,7 @@ class Session:
         A client may declare a function the agent already declares as a client
         function: it says it implements it, and the agent's declaration stands.
         """
-        agent_tools = self._settings.tools
-        specs = [
-            spec
-            for spec in specs
-            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
-        ]
+        specs = self._own(specs)
         client_defs = [
             ToolDef(
                 name=spec.name,
@@ -348,6 +343,25 @@ class Session:
             )
             return None
         return tools
+
+    def _own(self, specs: list[ToolSpec]) -> list[ToolSpec]:
+        """The client's own functions: those the agent does not declare as client functions."""
+        agent_tools = self._settings.tools
+        return [
+            spec
+            for spec in specs
+            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
+        ]
+
+    def declared_schemas(self, msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
+        """The schemas ``msg`` declares that the session will check, in the order it checks
+        them (so the driver can have them checked off the event loop first)."""
+        return [
+            schema
+            for spec in self._own(msg.client_functions or [])
+            for schema in (spec.input_schema, spec.output_schema)
+            if schema is not None
+        ]
 
     def _shut_down(self) -> None:
         response = self._response
