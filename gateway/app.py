@@ -71,6 +71,7 @@ class Runtime:
                 max_depth=config.max_schema_depth,
                 max_nodes=config.max_schema_nodes,
                 max_pattern_length=config.max_schema_pattern_length,
+                max_check_steps=config.max_schema_check_steps,
             ),
             cache_size=config.max_cached_schemas,
         )

@@ -85,6 +85,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_schema_pattern_length: int | None = 256
     """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
     in characters; ``None`` disables the limit."""
+    max_schema_check_steps: int | None = 3_000
+    """Keyword evaluations (about 10 µs each; ``enum`` counts its members, ``uniqueItems``
+    the pairs of items) one check of a value against a client function's schema may take;
+    a result or arguments past it fail as too large to check. ``None`` disables it."""
     max_cached_schemas: int = 256
     """Checked client-function schemas kept, compiled, for the sessions that declare them
     again (least recently used go first). Keep it at 256 or more: a declaration holds up

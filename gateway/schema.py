@@ -9,14 +9,17 @@ network nor run away:
   depends on them) run on RE2, whose matching time is linear in the text, instead of
   Python's backtracking ``re``: a pattern such as ``^(a+)+$`` cannot freeze the loop.
   Patterns RE2 cannot run (backreferences, lookaround) are refused when declared.
-- A value that cannot be checked (a recursive ``$ref`` on deeply nested data) is reported
-  as a failure, never raised.
+- Checking one value takes at most ``max_steps`` keyword evaluations: a 1 MiB array
+  checked against ``anyOf`` branches would otherwise hold the loop for seconds.
+- A value that cannot be checked (too costly, or a recursive ``$ref`` on deeply nested
+  data) is reported as a failure, never raised.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import jsonschema
@@ -58,7 +61,7 @@ def _pattern(
     validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[jsonschema.ValidationError]:
     if validator.is_type(instance, "string") and not _search(pattern, instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+        yield jsonschema.ValidationError(f"{instance[:64]!r} does not match {pattern!r}")
 
 
 def _pattern_properties(
@@ -92,13 +95,70 @@ def _additional_properties(
         yield jsonschema.ValidationError(f"Additional properties are not allowed ({listed})")
 
 
+class _TooCostly(Exception):
+    """A value took more keyword evaluations than its check may use."""
+
+
+class _Steps:
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+_steps: ContextVar[_Steps | None] = ContextVar("gateway_schema_steps", default=None)
+
+
+def _counted(name: str, keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """Count each evaluation of ``keyword`` against the running check's steps."""
+
+    def counted(validator: Any, value: Any, instance: Any, schema: Mapping[str, Any]) -> Any:
+        steps = _steps.get()
+        if steps is not None:
+            steps.left -= _cost(name, value, instance)
+            if steps.left < 0:
+                raise _TooCostly
+        return keyword(validator, value, instance, schema)
+
+    return counted
+
+
+_PER_ITEM = frozenset(
+    {
+        "items",
+        "contains",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+"""Keywords that visit every item or member of the value (even with an empty subschema)."""
+
+
+def _cost(name: str, value: Any, instance: Any) -> int:
+    """Steps one evaluation takes: one, plus the work of keywords that loop by themselves."""
+    if name in _PER_ITEM and isinstance(instance, list | dict):
+        return 1 + len(instance)
+    if name == "patternProperties" and isinstance(instance, dict) and isinstance(value, dict):
+        return 1 + len(value) * (len(instance) + sum(map(len, instance)) // 32)
+    if name == "pattern" and isinstance(instance, str):
+        return 1 + len(instance) // 32  # RE2 is linear in the text (some 60 ns a character)
+    if name == "enum" and isinstance(value, list):
+        return 1 + len(value)  # the value is compared with each member
+    if name == "uniqueItems" and value is True and isinstance(instance, list):
+        return 1 + len(instance) ** 2 // 2  # pairs, when the items cannot be sorted
+    return 1
+
+
+_KEYWORDS = {
+    **_Draft.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
 _Linear = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    _Draft,
-    validators={
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    },
+    _Draft, validators={name: _counted(name, keyword) for name, keyword in _KEYWORDS.items()}
 )
 
 
@@ -126,21 +186,38 @@ def schema_problem(schema: object) -> str | None:
 
 
 class SchemaValidator:
-    """A compiled schema; ``problem(value)`` explains the first violation, if any."""
+    """A compiled schema; ``problem(value)`` explains the first violation, if any.
 
-    __slots__ = ("_validator",)
+    Args:
+        schema: a schema that passed ``schema_problem``.
+        max_steps: keyword evaluations one check may take (each costs about 10 µs; an
+            ``enum`` one step per member, ``uniqueItems`` one per pair of items); past
+            them the value fails as too costly to check. ``None`` (for the agent's own,
+            trusted tools) checks without bound.
+    """
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    __slots__ = ("_max_steps", "_validator")
+
+    def __init__(self, schema: dict[str, Any], max_steps: int | None = None) -> None:
         self._validator = _Linear(schema, registry=_LOCAL_ONLY)
+        self._max_steps = max_steps
 
     def problem(self, value: object) -> str | None:
         """Return a one-line description of why ``value`` fails, or ``None`` if it passes."""
+        token = _steps.set(None if self._max_steps is None else _Steps(self._max_steps))
         try:
             error = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
+        except _TooCostly:
+            return (
+                f"value: too large to check against the schema"
+                f" (more than {self._max_steps} steps, max_schema_check_steps)"
+            )
         except RecursionError:
             return "value: nested too deeply to check against the schema"
         except referencing.exceptions.Unresolvable as exc:
             return f"value: the schema has a reference that does not resolve: {exc}"
+        finally:
+            _steps.reset(token)
         if error is None:
             return None
         where = "".join(f"[{part!r}]" for part in error.absolute_path)

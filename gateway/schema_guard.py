@@ -59,9 +59,11 @@ def _verdict(schema: dict[str, Any], limits: SchemaLimits) -> Verdict:
     return schema_problem(schema), nodes
 
 
-def _entry(schema: dict[str, Any], verdict: Verdict) -> _Entry:
+def _entry(schema: dict[str, Any], verdict: Verdict, limits: SchemaLimits) -> _Entry:
     problem, nodes = verdict
-    return (problem if problem is not None else SchemaValidator(schema)), nodes
+    if problem is not None:
+        return problem, nodes
+    return SchemaValidator(schema, max_steps=limits.max_check_steps), nodes
 
 
 def _over(limit: int | None, value: int) -> bool:
@@ -81,6 +83,8 @@ class SchemaLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Object members and array items of all the schemas of one declaration."""
     max_pattern_length: int | None = None
     """Characters of one regex."""
+    max_check_steps: int | None = None
+    """Keyword evaluations one check of a value against a schema may take."""
 
 
 @dataclass
@@ -131,7 +135,7 @@ class SchemaGuard:
             )
         entry = self._cache.get(key)
         if entry is None:
-            entry = _entry(schema, _verdict(schema, limits))
+            entry = _entry(schema, _verdict(schema, limits), limits)
         self._keep(key, entry)
         compiled, nodes = entry
         budget.nodes += nodes
@@ -171,7 +175,8 @@ class SchemaGuard:
     def store(self, schemas: list[dict[str, Any]], verdicts: list[Verdict]) -> None:
         """Keep what ``check_schemas`` (run elsewhere) found, as ``compile`` would have."""
         for schema, verdict in zip(schemas, verdicts, strict=True):
-            self._keep(msgspec.json.encode(schema, order="sorted"), _entry(schema, verdict))
+            key = msgspec.json.encode(schema, order="sorted")
+            self._keep(key, _entry(schema, verdict, self.limits))
 
     def _keep(self, key: bytes, entry: _Entry) -> None:
         if self._cache_size > 0:

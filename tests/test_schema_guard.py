@@ -137,3 +137,20 @@ def test_a_schema_that_cannot_be_checked_reports_instead_of_raising():
     assert "nested too deeply" in str(SchemaValidator({"$ref": "#"}).problem(1))
     remote = SchemaValidator({"$ref": "http://127.0.0.1:9/schema.json"})
     assert "does not resolve" in str(remote.problem(1))
+
+
+def test_checking_a_value_stops_after_its_steps():
+    # Each item tries 20 branches: 20 000 items would take seconds unbounded.
+    schema = {"type": "array", "items": {"anyOf": [{"minimum": i} for i in range(20)]}}
+    validator = SchemaValidator(schema, max_steps=1_000)
+    assert "max_schema_check_steps" in str(validator.problem(list(range(-20_000, 0))))
+    assert validator.problem([30, 40]) is None
+    assert SchemaValidator(schema, max_steps=None).problem([-1] * 100) is not None
+
+
+def test_the_guard_gives_its_validators_the_step_limit():
+    limits = SchemaLimits(max_check_steps=10)
+    schema = {"type": "array", "items": {"type": "integer"}}
+    compiled = SchemaGuard(limits).compile(schema, SchemaBudget())
+    assert isinstance(compiled, SchemaValidator)
+    assert "max_schema_check_steps" in str(compiled.problem([1] * 20))
