@@ -34,6 +34,8 @@ __all__ = ["realtime_endpoint"]
 
 log = structlog.get_logger("gateway.transport")
 
+_ID_SCAN_MAX_CHARS = 4096
+"""Largest refused frame whose ``id`` is read for the ``rate_limited`` error."""
 _BINARY = DecodeFailure(
     code="invalid_message", message="binary frames are not supported; send JSON text frames"
 )
@@ -206,7 +208,9 @@ class _Reader:
             DecodeFailure(
                 code="rate_limited",
                 message="too many messages per second: this one was dropped",
-                in_reply_to=None if text is None else frame_id(text),
+                # Reading the id parses the frame: worth it for small frames only, since
+                # a refused frame must cost little.
+                in_reply_to=frame_id(text) if text and len(text) <= _ID_SCAN_MAX_CHARS else None,
                 retryable=True,
             )
         )
