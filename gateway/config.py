@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -61,10 +61,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    max_messages_per_second: float | None = 50.0
+    max_messages_per_second: Annotated[float, msgspec.Meta(gt=0)] | None = 50.0
     """Frames a socket may send per second, on average; a frame over the limit is dropped
     and answered with ``error rate_limited``. ``None`` disables the limit."""
-    max_message_burst: int | None = 100
+    max_message_burst: Annotated[int, msgspec.Meta(ge=1)] | None = 100
     """Frames a socket may send at once above the rate (the token bucket's size). A client
     that sends this many more frames over the limit in a row is closed with 1008
     ("message flood"). ``None`` disables the limit."""
