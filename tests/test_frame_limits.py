@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import websockets
 
+import gateway.schema_worker
 import gateway.transport
 from client_sdk import Connection, connect_raw
 from gateway.protocol import (
@@ -273,3 +274,18 @@ async def test_a_reader_bug_closes_with_1011_not_a_silent_1000(monkeypatch):
             await conn.recv()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1011
+
+
+async def test_without_the_schema_worker_the_core_checks_schemas_itself(monkeypatch):
+    def cannot_start() -> Any:
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(gateway.schema_worker._Pool, "get", cannot_start)
+    monkeypatch.setattr(gateway.schema_worker._Pool, "failed", False)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "title": "fallback"}}}
+    async with running_gateway() as url, session(url) as (conn, _):
+        await conn.send_raw(update_frame(schema))
+        assert isinstance(await conn.recv(), SessionUpdated)
+        error = await refusal(conn, update_frame({"type": "object", "$id": "x"}, "bad"))
+        assert "$id" in error.message
+    assert gateway.schema_worker._Pool.failed
