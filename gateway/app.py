@@ -33,6 +33,8 @@ from gateway.origin import OriginGuard, OriginPolicy
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
 from gateway.providers.base import ReportsRetries
+from gateway.schema_guard import SchemaGuard, SchemaLimits
+from gateway.schema_worker import SchemaWorker
 from gateway.session import Session, SessionSettings
 from gateway.store import MemoryStore, SessionRecord, Store
 from gateway.transport import realtime_endpoint
@@ -103,6 +105,19 @@ class Runtime:
         provider = agent.provider
         if isinstance(provider, ReportsRetries):
             provider.on_retry = lambda reason: self.metrics.note_retry(provider.name, reason)
+        self.schema_guard = SchemaGuard(
+            SchemaLimits(
+                max_size=config.tool_schema_max_size,
+                max_total_size=config.client_functions_max_size,
+                max_depth=config.max_schema_depth,
+                max_nodes=config.max_schema_nodes,
+                max_pattern_length=config.max_schema_pattern_length,
+                max_check_steps=config.max_schema_check_steps,
+            ),
+            cache_size=config.max_cached_schemas,
+        )
+        """Client-function schema limits, and the schemas checked so far (all sessions)."""
+        self.schema_worker = SchemaWorker(self.schema_guard)
 
     def note_refusal(self, label: str) -> None:
         """Count a refused WebSocket connection under ``label`` (``no_token``...)."""
@@ -157,6 +172,7 @@ class Runtime:
             ),
             server_tool_timeout=config.server_tool_timeout,
             principal=principal,
+            schema_guard=self.schema_guard,
         )
         session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
         await self.store.create_session(
@@ -175,6 +191,7 @@ class Runtime:
             store=self.store,
             session_ttl=config.session_ttl,
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
+            check_schemas=self.schema_worker.check,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()

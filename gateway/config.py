@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -88,6 +88,38 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     allowed_hosts: str | None = None
     """``Host`` names served, comma-separated (against DNS rebinding); ``*`` allows any.
     ``None``: loopback names when bound to a loopback address, any name otherwise."""
+    max_messages_per_second: Annotated[float, msgspec.Meta(gt=0)] | None = 50.0
+    """Frames a socket may send per second, on average; a frame over the limit is dropped
+    and answered with ``error rate_limited``. ``None`` disables the limit."""
+    max_message_burst: Annotated[int, msgspec.Meta(ge=1)] | None = 100
+    """Frames a socket may send at once above the rate (the token bucket's size). A client
+    that sends this many more frames over the limit in a row is closed with 1008
+    ("message flood"). ``None`` disables the limit."""
+    tool_schema_max_size: int | None = 16 * 2**10
+    """Largest JSON Schema (input or output) of one client function, in bytes of JSON;
+    ``None`` disables the limit."""
+    client_functions_max_size: int | None = 128 * 2**10
+    """Bytes of JSON Schema, all of them together, that one ``session.start`` or
+    ``session.update`` may declare; ``None`` disables the limit."""
+    max_schema_depth: int | None = 24
+    """Deepest nesting of objects and arrays in a client function's schema; ``None``
+    disables the limit (keep it: deep schemas exhaust the stack)."""
+    max_schema_nodes: int | None = 500
+    """Object members and array items, ``$ref`` targets counted where they are used, in
+    all the client-function schemas of one ``session.start`` or ``session.update``.
+    Checking a new schema costs up to about 0.6 ms per node (in a worker thread; see
+    docs/limits.md). ``None`` disables the limit."""
+    max_schema_pattern_length: int | None = 256
+    """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
+    in characters; ``None`` disables the limit."""
+    max_schema_check_steps: int | None = 3_000
+    """Keyword evaluations (about 10 µs each; ``enum`` counts its members, ``uniqueItems``
+    the pairs of items) one check of a value against a client function's schema may take;
+    a result or arguments past it fail as too large to check. ``None`` disables it."""
+    max_cached_schemas: int = 256
+    """Checked client-function schemas kept, compiled, for the sessions that declare them
+    again (least recently used go first). Keep it at 256 or more: a declaration holds up
+    to 256 schemas, and those that do not fit are checked on the event loop."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

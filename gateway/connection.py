@@ -15,7 +15,7 @@ from typing import Protocol
 import structlog
 
 from gateway.outqueue import OutboundQueue
-from gateway.protocol import ServerMsg
+from gateway.protocol import Pong, ServerMsg
 
 __all__ = ["Connection", "Socket"]
 
@@ -47,6 +47,8 @@ class Connection:
         self.close_requested = asyncio.Event()
         """Set as soon as ``close`` is called."""
         self.close_code: int | None = None
+        self.pongs_owed = 0
+        """Pings read from this socket whose pong is not queued yet (see ``_Reader``)."""
         self._writer = asyncio.create_task(self._write_loop(), name="gateway:writer")
         self._closer: asyncio.Task[None] | None = None
 
@@ -62,6 +64,8 @@ class Connection:
         """Queue an event; never blocks. Over the hard bound the socket closes with 1013."""
         if self._closing is not None:
             return
+        if type(msg) is Pong and self.pongs_owed:
+            self.pongs_owed -= 1
         if not self._queue.push(msg, data):
             log.warning("client_too_slow", queued_size=self._queue.size, merged=self._queue.merged)
             self.close(1013, "client too slow: resume to get the rest")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -45,6 +45,8 @@ from gateway.protocol import (
     Error,
     ServerMsg,
     SessionResumed,
+    SessionStart,
+    SessionUpdate,
     encode,
 )
 from gateway.providers.base import ModelFinish, Provider
@@ -73,7 +75,15 @@ class _Stop(msgspec.Struct, frozen=True):
     """The gateway is stopping: cut the response, close the socket with 1012, end."""
 
 
-_DriverEvent = _Attach | _Detach | _Stop
+class _CloseSocket(msgspec.Struct, frozen=True):
+    """Close ``conn`` once the events fed before this one have been queued on it."""
+
+    conn: Connection
+    code: int
+    reason: str
+
+
+_DriverEvent = _Attach | _Detach | _Stop | _CloseSocket
 
 
 class Driver:
@@ -88,6 +98,9 @@ class Driver:
         clock: wall-clock seconds; deadlines on the wire are Unix times.
         observers: told every event the session sends, and its sockets coming and
             going (logs, metrics); by default, the log observer alone.
+        check_schemas: checks the client-function schemas a ``session.start`` or
+            ``session.update`` declares, off the event loop, before the core sees it (the
+            core then finds them checked); without it, the core checks them itself.
     """
 
     def __init__(
@@ -100,6 +113,7 @@ class Driver:
         session_ttl: float,
         clock: Callable[[], float] = time.time,
         observers: Sequence[SessionObserver] | None = None,
+        check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -107,6 +121,7 @@ class Driver:
         self._store = store
         self._ttl = session_ttl
         self._clock = clock
+        self._check_schemas = check_schemas
         self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
@@ -148,17 +163,24 @@ class Driver:
         """Cut the running response, close the socket with 1012 and end the session."""
         self._events.put_nowait(_Stop())
 
+    def close_socket(self, conn: Connection, code: int, reason: str) -> None:
+        """Close ``conn`` with ``code`` after sending what the events fed so far produce
+        (the errors that explain the close, say); the session waits for a resume."""
+        self._events.put_nowait(_CloseSocket(conn, code, reason))
+
     async def run(self) -> None:
         """Apply events until the session ends; then cancel and await all its work."""
         self._tell(lambda observer, now: observer.started(now))
         try:
             while not self.session.closed:
                 event = await self._next_event()
-                if isinstance(event, _Attach | _Detach | _Stop):
+                if isinstance(event, _Attach | _Detach | _Stop | _CloseSocket):
                     await self._handle(event)
                     continue
                 if isinstance(event, Ack):
                     await self._store.trim_events(self.session_id, event.seq)
+                if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
+                    await self._check_schemas(self.session.declared_schemas(event))
                 await self._apply(event)
         finally:
             await self._cancel_all()
@@ -221,6 +243,8 @@ class Driver:
                 self._tell(lambda observer, now: observer.detached(ended=end, now=now))
                 if end:
                     await self._apply(Disconnected())
+            case _CloseSocket(conn=conn, code=code, reason=reason):
+                conn.close(code, reason, flush=True)
             case _Stop():
                 await self._apply(ShuttingDown())
                 if self._conn is not None:

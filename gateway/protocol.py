@@ -191,11 +191,13 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
 
 
 class DecodeFailure(msgspec.Struct, frozen=True, kw_only=True):
-    """A client frame that did not decode; the session answers it with an ``error``."""
+    """A client frame that did not decode (or was refused unread, ``rate_limited``); the
+    session answers it with an ``error``."""
 
-    code: Literal["invalid_message", "unknown_type"]
+    code: Literal["invalid_message", "unknown_type", "rate_limited"]
     message: str
     in_reply_to: str | None = None
+    retryable: bool = False
 
 
 # --------------------------------------------------------------------- server -> client
@@ -388,6 +390,9 @@ def decode_server(data: bytes | str) -> Outbound:
     return _server_decoder.decode(data)
 
 
+_TOO_DEEP = DecodeFailure(code="invalid_message", message="invalid JSON: nested too deeply")
+
+
 def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     """Decode a client frame; never raises on bad input.
 
@@ -396,11 +401,20 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     """
     try:
         return _client_decoder.decode(data)
+    except RecursionError:
+        return _TOO_DEEP
     except msgspec.DecodeError as exc:
         if not isinstance(exc, msgspec.ValidationError):
             return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
         detail = str(exc)
-    raw = msgspec.json.decode(data)
+    # The typed decoder stops at the first wrong value; the rest of the frame may still be
+    # broken (truncated, trailing bytes, a number out of range), so this can fail too.
+    try:
+        raw = msgspec.json.decode(data)
+    except RecursionError:
+        return _TOO_DEEP
+    except msgspec.DecodeError as exc:
+        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
     if not isinstance(raw, dict):
         return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
     msg_id = raw.get("id")

@@ -70,6 +70,7 @@ from gateway.providers.base import (
     ModelToolCall,
     ToolSchema,
 )
+from gateway.schema_guard import SchemaGuard
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 from gateway.transcript import (
     CANCELLED,
@@ -98,6 +99,9 @@ class SessionSettings:
     principal: Principal = ANONYMOUS
     """Who the session belongs to: the client functions they may declare, the end
     user's claims (kept for tools)."""
+    schema_guard: SchemaGuard | None = None
+    """Limits and cache for the schemas of client functions; ``None`` checks them in full
+    with no limits (for trusted callers only)."""
 
 
 class Phase(enum.Enum):
@@ -180,7 +184,7 @@ class Session:
             return
         match event:
             case DecodeFailure(code=code, message=message, in_reply_to=in_reply_to):
-                self._out.error(code, message, in_reply_to=in_reply_to)
+                self._out.error(code, message, in_reply_to=in_reply_to, retryable=event.retryable)
             case Ping(ts=ts):
                 self._out.send(Pong(ts=ts))
             case SessionStart():
@@ -324,12 +328,7 @@ class Session:
         A client may declare a function the agent already declares as a client
         function: it says it implements it, and the agent's declaration stands.
         """
-        agent_tools = self._settings.tools
-        specs = [
-            spec
-            for spec in specs
-            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
-        ]
+        specs = self._own(specs)
         if not self._allowed(specs, msg_id):
             return None
         client_defs = [
@@ -345,7 +344,7 @@ class Session:
             for spec in specs
         ]
         try:
-            tools = self._settings.tools.extended(client_defs)
+            tools = self._settings.tools.extended(client_defs, self._settings.schema_guard)
         except ConfigError as exc:
             self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
             return None
@@ -369,6 +368,25 @@ class Session:
                 in_reply_to=msg_id,
             )
         return not denied
+
+    def _own(self, specs: list[ToolSpec]) -> list[ToolSpec]:
+        """The client's own functions: those the agent does not declare as client functions."""
+        agent_tools = self._settings.tools
+        return [
+            spec
+            for spec in specs
+            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
+        ]
+
+    def declared_schemas(self, msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
+        """The schemas ``msg`` declares that the session will check, in the order it checks
+        them (so the driver can have them checked off the event loop first)."""
+        return [
+            schema
+            for spec in self._own(msg.client_functions or [])
+            for schema in (spec.input_schema, spec.output_schema)
+            if schema is not None
+        ]
 
     def _shut_down(self) -> None:
         response = self._response

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ import msgspec
 from gateway.errors import ConfigError
 from gateway.protocol import struct_schema
 from gateway.schema import SchemaValidator, schema_problem
+from gateway.schema_guard import SchemaBudget, SchemaGuard
 
 __all__ = [
     "Progress",
@@ -67,7 +69,16 @@ class ToolEntry:
     output_validator: SchemaValidator | None
 
 
-def _check(definition: ToolDef) -> ToolEntry:
+def _compile(schema: dict[str, Any]) -> SchemaValidator | str:
+    """Trusted schemas (the agent's own tools): checked in full, with no limits."""
+    problem = schema_problem(schema)
+    return problem if problem is not None else SchemaValidator(schema)
+
+
+def _check(
+    definition: ToolDef,
+    compile_schema: Callable[[dict[str, Any]], SchemaValidator | str] = _compile,
+) -> ToolEntry:
     name = definition.name
     if not _NAME.match(name):
         raise ConfigError(f"tool {name!r}: name must be snake_case (a-z, 0-9, _; 64 at most)")
@@ -75,22 +86,23 @@ def _check(definition: ToolDef) -> ToolEntry:
         raise ConfigError(f"tool {name!r}: description must not be empty")
     if definition.timeout is not None and definition.timeout <= 0:
         raise ConfigError(f"tool {name!r}: timeout must be positive")
+    validators: list[SchemaValidator | None] = []
     for field, schema in (
         ("input_schema", definition.input_schema),
         ("output_schema", definition.output_schema),
     ):
-        if schema is None:
-            continue
-        problem = schema_problem(schema)
-        if problem:
-            raise ConfigError(f"tool {name!r}: {field}: {problem}")
+        compiled = None if schema is None else compile_schema(schema)
+        if isinstance(compiled, str):
+            raise ConfigError(f"tool {name!r}: {field}: {compiled}")
+        validators.append(compiled)
     if definition.input_schema.get("type") != "object":
         raise ConfigError(f"tool {name!r}: input_schema must have type 'object'")
-    output = definition.output_schema
+    input_validator, output_validator = validators
+    assert input_validator is not None
     return ToolEntry(
         definition=definition,
-        input_validator=SchemaValidator(definition.input_schema),
-        output_validator=SchemaValidator(output) if output is not None else None,
+        input_validator=input_validator,
+        output_validator=output_validator,
     )
 
 
@@ -102,17 +114,38 @@ class ToolRegistry:
     def __init__(self, definitions: Iterable[ToolDef] = ()) -> None:
         self._entries: dict[str, ToolEntry] = {}
         for definition in definitions:
-            if definition.name in self._entries:
-                raise ConfigError(f"tool {definition.name!r}: defined twice")
-            self._entries[definition.name] = _check(definition)
+            self._add(_check(definition))
+
+    def _add(self, entry: ToolEntry) -> None:
+        if entry.definition.name in self._entries:
+            raise ConfigError(f"tool {entry.definition.name!r}: defined twice")
+        self._entries[entry.definition.name] = entry
 
     def get(self, name: str) -> ToolEntry | None:
         """The tool called ``name``, or ``None``."""
         return self._entries.get(name)
 
-    def extended(self, definitions: Iterable[ToolDef]) -> ToolRegistry:
-        """A new registry with more tools; a name clash is a ``ConfigError``."""
-        return ToolRegistry([*self.definitions(), *definitions])
+    def extended(
+        self, definitions: Iterable[ToolDef], guard: SchemaGuard | None = None
+    ) -> ToolRegistry:
+        """A new registry with more tools; a name clash is a ``ConfigError``.
+
+        The tools already here are reused as they are, not checked again. With ``guard``
+        the new tools' schemas are untrusted (a client's): they must stay within its
+        limits, all of them together, and are compiled once per schema through its cache.
+        """
+        registry = ToolRegistry()
+        registry._entries = dict(self._entries)
+        compile_schema = _compile
+        if guard is not None:
+            budget = SchemaBudget()
+            compile_schema = functools.partial(guard.compile, budget=budget)
+        for definition in definitions:
+            # The name first: a clash must not cost a schema check.
+            if definition.name in registry._entries:
+                raise ConfigError(f"tool {definition.name!r}: defined twice")
+            registry._add(_check(definition, compile_schema))
+        return registry
 
     def definitions(self) -> list[ToolDef]:
         """Every definition, in the order they were added."""

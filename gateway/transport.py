@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -23,7 +24,14 @@ from gateway.auth import AuthError
 from gateway.connection import Connection
 from gateway.errors import CloseCode
 from gateway.principal import Principal
-from gateway.protocol import SUBPROTOCOL, DecodeFailure, Inbound, SessionResume, decode_client
+from gateway.protocol import (
+    SUBPROTOCOL,
+    DecodeFailure,
+    Inbound,
+    Ping,
+    SessionResume,
+    decode_client,
+)
 
 if TYPE_CHECKING:
     from gateway.app import Runtime
@@ -33,6 +41,13 @@ __all__ = ["realtime_endpoint"]
 
 log = structlog.get_logger("gateway.transport")
 
+_PEEK_MAX_CHARS = 4096
+"""Frames up to this size are decoded before the rate limit is applied: a ``ping`` among
+them may be free, and a refused one's ``id`` is named in the error. Larger frames over the
+limit are refused unread, so that refusing costs little."""
+_FLOODED = DecodeFailure(code="rate_limited", message="message flood")
+"""Queued by the reader after the last frame it reads from a flooding client; the socket
+then closes with 1008 once the errors before it are sent (never sent itself)."""
 _BINARY = DecodeFailure(
     code="invalid_message", message="binary frames are not supported; send JSON text frames"
 )
@@ -72,7 +87,12 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     # Never the token subprotocol: the chosen one is echoed back in the response.
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
     conn = runtime.connection(websocket)
-    reader = _Reader(websocket)
+    reader = _Reader(
+        websocket,
+        conn,
+        rate=runtime.config.max_messages_per_second,
+        burst=runtime.config.max_message_burst,
+    )
     try:
         driver = await _open(runtime, conn, reader, principal)
         if driver is not None:
@@ -143,6 +163,9 @@ async def _open(
         return None
     if first is None:
         return None
+    if first is _FLOODED:
+        conn.close(CloseCode.POLICY, "message flood")
+        return None
     if isinstance(first, SessionResume):
         found = await runtime.find_session(first, principal.name)
         if isinstance(found, tuple):  # a ResumeRefusal
@@ -166,17 +189,60 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
     watcher = asyncio.create_task(end_when_closed())
     try:
         while (message := await reader.next()) is not None:
+            if message is _FLOODED:
+                # Closed by the driver, after the rate_limited errors fed before it.
+                driver.close_socket(conn, CloseCode.POLICY, "message flood")
+                await conn.close_requested.wait()
+                return
             driver.feed(message)
     finally:
         watcher.cancel()
 
 
-class _Reader:
-    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end."""
+class _TokenBucket:
+    """``burst`` tokens, refilled at ``rate`` per second of ``clock``; a frame takes one."""
 
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = self._burst
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+class _Reader:
+    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end.
+
+    Nothing a client sends can end the reader: every frame becomes a message or a
+    ``DecodeFailure``. Frames over the socket's rate limit (a ping sent after the previous
+    pong is free) are dropped with ``error rate_limited``, and a client that goes on
+    sending ``burst`` more of them in a row is closed with 1008. Should the reader fail
+    anyway (our bug), the socket closes
+    with 1011 and the exception is logged.
+    """
+
+    def __init__(
+        self, websocket: WebSocket, conn: Connection, *, rate: float | None, burst: int | None
+    ) -> None:
         self._websocket = websocket
+        self._conn = conn
         self._queue: asyncio.Queue[Inbound | DecodeFailure | None] = asyncio.Queue()
+        self._bucket = (
+            _TokenBucket(rate, burst, asyncio.get_running_loop().time)
+            if rate is not None and burst is not None
+            else None
+        )
+        self._flood_after = burst or 0
+        self._refused_in_a_row = 0
         self._task = asyncio.create_task(self._read(), name="gateway:receive")
         self.close_code: int | None = None
         """The close code the client sent, once it is gone."""
@@ -189,9 +255,50 @@ class _Reader:
                     self.close_code = message.get("code")
                     return
                 text = message.get("text")
-                self._queue.put_nowait(_BINARY if text is None else decode_client(text))
+                peeked = (
+                    decode_client(text)
+                    if text is not None and len(text) <= _PEEK_MAX_CHARS
+                    else None
+                )
+                # A ping sent after the previous one's pong (a latency probe, a keepalive)
+                # is free: such a client waits a round trip per ping. Pipelined pings, and
+                # every other frame, count against the rate.
+                free = isinstance(peeked, Ping) and self._conn.pongs_owed == 0
+                if self._bucket is not None and not free and not self._bucket.take():
+                    if not self._refuse(peeked):
+                        return
+                    continue
+                if isinstance(peeked, Ping):
+                    self._conn.pongs_owed += 1
+                self._refused_in_a_row = 0
+                if peeked is None:
+                    peeked = _BINARY if text is None else decode_client(text)
+                self._queue.put_nowait(peeked)
+        except Exception:
+            log.exception("frame_reader_failed")
+            self._conn.close(CloseCode.INTERNAL)  # our bug: no reason text
         finally:
             self._queue.put_nowait(None)
+
+    def _refuse(self, peeked: Inbound | DecodeFailure | None) -> bool:
+        """Answer a frame over the rate limit; ``False`` once the client floods."""
+        self._refused_in_a_row += 1
+        if self._refused_in_a_row > self._flood_after:
+            log.warning("message_flood_closed", refused=self._refused_in_a_row)
+            self._queue.put_nowait(_FLOODED)
+            return False
+        in_reply_to = peeked.in_reply_to if isinstance(peeked, DecodeFailure) else None
+        if peeked is not None and not isinstance(peeked, DecodeFailure):
+            in_reply_to = peeked.id
+        self._queue.put_nowait(
+            DecodeFailure(
+                code="rate_limited",
+                message="too many messages per second: this one was dropped",
+                in_reply_to=in_reply_to,
+                retryable=True,
+            )
+        )
+        return True
 
     def end(self) -> None:
         """Drop what is unread: ``next`` returns ``None`` from now on."""

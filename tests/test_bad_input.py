@@ -64,6 +64,33 @@ BAD_FRAMES = [
     ),
     ('{"type": "session.start", "id": "s2"}', "invalid_message", "s2", "already started"),
     ('{"type": "response.cancel", "id": "c1", "response_id": 3}', "invalid_message", "c1", "str"),
+    # Broken past the first wrong value: truncated, trailing bytes, out of range, not JSON.
+    ("[1,2", "invalid_message", None, "invalid JSON"),
+    ('{"type":"ping","ts":"x"}xx', "invalid_message", None, "invalid JSON"),
+    ('{"type":"ping","id":"b1","ts":"x"', "invalid_message", None, "invalid JSON"),
+    ('{"type": "ping", "ts": 1e999}', "invalid_message", None, "out of range"),
+    ('{"type": "ping", "ts": NaN}', "invalid_message", None, "invalid JSON"),
+    ('{"type": "ping", "ts": Infinity}', "invalid_message", None, "invalid JSON"),
+    ('{"type": "ack", "seq": 1e400}', "invalid_message", None, "out of range"),
+    (
+        '{"type": "tool.results", "id": "t3", "results": [{"call_id": "c", "tool": "a", '
+        f'"output": {"9" * 5000}}}]}}',
+        "invalid_message",
+        None,
+        "out of range",
+    ),
+    ('{"type": "user.message", "id": "s1", "text": "\\ud800"}', "invalid_message", None, "JSON"),
+    ('{"type": "user.message", "id": "\\udfff", "text": "hi"}', "invalid_message", None, "JSON"),
+    ("[" * 20_000 + "]" * 20_000, "invalid_message", None, "nested too deeply"),
+    ('{"type": "session.update", "metadata": ' + "[" * 20_000, "invalid_message", None, "JSON"),
+    (
+        '{"type": "ping", "id": "d1", "x": ' + "[" * 20_000 + "]" * 20_000 + "}",
+        "invalid_message",
+        None,
+        "nested too deeply",
+    ),
+    ("\x00\x01", "invalid_message", None, "invalid JSON"),
+    ("{}", "invalid_message", None, "type"),
 ]
 
 

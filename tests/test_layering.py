@@ -26,9 +26,11 @@ PURE = {
     "gateway/tools.py",
     "gateway/schema.py",
     "gateway/principal.py",
+    "gateway/schema_guard.py",
     "gateway/providers/base.py",
 }
-PURE_THIRD_PARTY = {"msgspec", "jsonschema"}
+# referencing is jsonschema's own resolver; re2 runs client regexes in linear time.
+PURE_THIRD_PARTY = {"msgspec", "jsonschema", "referencing", "re2"}
 NO_IO = {
     "gateway/protocol.py",
     "gateway/session.py",
@@ -40,6 +42,7 @@ NO_IO = {
     "gateway/transcript.py",
     "gateway/errors.py",
     "gateway/principal.py",
+    "gateway/schema_guard.py",
     "gateway/providers/base.py",
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}

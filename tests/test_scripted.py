@@ -16,6 +16,7 @@ from gateway.providers.base import (
     ToolSchema,
 )
 from gateway.providers.scripted import (
+    RULE_TEXT_MAX_CHARS,
     ResultRule,
     Rule,
     Scenario,
@@ -149,3 +150,16 @@ def test_bad_scenario_files_name_the_file_and_the_problem(tmp_path: Path, conten
 def test_the_demo_scenario_loads():
     demo = Path(__file__).parents[1] / "gateway" / "demo" / "scenario.toml"
     assert len(load_scenario(demo).rules) > 5
+
+
+async def test_rules_see_only_the_start_of_a_long_message():
+    scenario = Scenario(
+        pace=0,
+        fallback="no match",
+        rules=[Rule(match=r"^(a+)+$", say="all a"), Rule(match=r"tail", say="saw the tail")],
+    )
+    # ^(a+)+$ backtracks exponentially on "aaa...b"; on the capped text it has no b to hit,
+    # and a word past the cap is not seen at all.
+    text = "a" * RULE_TEXT_MAX_CHARS + "b tail"
+    events = await play(user(text), scenario)
+    assert "".join(e.text for e in events if isinstance(e, ModelText)) == "all a"

@@ -38,7 +38,10 @@ from gateway.transcript import (
     parse_completion_note,
 )
 
-__all__ = ["Scenario", "ScriptedProvider", "load_scenario", "render"]
+__all__ = ["RULE_TEXT_MAX_CHARS", "Scenario", "ScriptedProvider", "load_scenario", "render"]
+
+RULE_TEXT_MAX_CHARS = 1_000
+"""Characters of the user's message that a rule's regex sees (its start); see docs/agents.md."""
 
 
 class ScriptedCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -218,8 +221,11 @@ class ScriptedProvider:
         if items and isinstance(items[-1], ToolOutcome | ContextNote):
             return (*self._answer_results(request), None, self._pace)
         text = next((item.text for item in reversed(items) if isinstance(item, UserTurn)), "")
+        # Rules are the operator's regexes and Python's re backtracks: a long message must
+        # not make one run for seconds on the event loop, so rules see its start only.
+        seen = text[:RULE_TEXT_MAX_CHARS]
         for pattern, rule in self._rules:
-            found = pattern.search(text)
+            found = pattern.search(seen)
             if found is None or any(call.tool not in offered for call in rule.calls):
                 continue
             context: dict[str, Any] = {"text": text, "0": found.group(0)}
