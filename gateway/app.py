@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import Counter
 from pathlib import Path
 
 import structlog
@@ -17,9 +18,11 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from gateway import __version__
+from gateway.admission import AddressCounter, SessionQuota
 from gateway.agent import DEMO_AGENT, Agent, load_agent
+from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
-from gateway.connection import Connection, Socket
+from gateway.connection import Abort, Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
@@ -62,17 +65,49 @@ class Runtime:
         self.idle.set()
         self.closing = False
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self.sockets = AddressCounter(config.max_sockets_per_ip)
+        """Open WebSockets per client address (``max_sockets_per_ip``)."""
+        self.sessions = SessionQuota(
+            max_total=config.max_sessions, max_per_principal=config.max_sessions_per_principal
+        )
+        """Sessions held, live or waiting for a resume, in total and per principal."""
+        self.refusals: Counter[str] = Counter()
+        """Refused sockets by reason label (see ``note_refusal``)."""
 
-    def connection(self, socket: Socket) -> Connection:
-        """Wrap a socket with this gateway's outbound bounds."""
+    def connection(self, socket: Socket, *, abort: Abort | None = None) -> Connection:
+        """Wrap a socket with this gateway's outbound bounds and timeouts.
+
+        ``abort`` drops the socket's connection at once (the server puts it in the ASGI
+        scope); without it a client that never reads is only closed.
+        """
         return Connection(
             socket,
             soft_size=self.config.outbound_soft_size,
             hard_size=self.config.outbound_hard_size,
+            send_timeout=self.config.send_timeout,
+            close_timeout=self.config.ws_close_timeout,
+            abort=abort,
         )
 
-    async def start_session(self) -> Driver:
-        """A new session, running until it ends (``session_ttl`` after its last socket)."""
+    def note_refusal(self, label: str) -> None:
+        """A socket was refused for ``label`` (``too_many_sockets``, ``gateway_full``...)."""
+        self.refusals[label] += 1
+
+    async def start_session(self, principal: str = "anonymous") -> Driver:
+        """A new session, running until it ends (``session_ttl`` after its last socket).
+
+        Raises:
+            TooManySessions: ``principal`` holds ``max_sessions_per_principal`` sessions
+                (4029), or the gateway holds ``max_sessions`` (1013).
+        """
+        self.sessions.reserve(principal)  # before any await: no two starts race past it
+        try:
+            return await self._new_session(principal)
+        except BaseException:
+            self.sessions.release(principal)
+            raise
+
+    async def _new_session(self, principal: str) -> Driver:
         config = self.config
         token = secrets.token_urlsafe(32)
         settings = SessionSettings(
@@ -96,6 +131,7 @@ class Runtime:
                 token_hash=_token_hash(token),
                 agent=self.agent.name,
                 created_at=time.time(),
+                principal=principal,
             )
         )
         driver = Driver(
@@ -108,7 +144,7 @@ class Runtime:
         self.drivers[driver.session_id] = driver
         self.idle.clear()
         self._runs[driver.session_id] = asyncio.create_task(
-            self._run(driver), name=f"gateway:session:{driver.session_id}"
+            self._run(driver, principal), name=f"gateway:session:{driver.session_id}"
         )
         return driver
 
@@ -123,7 +159,7 @@ class Runtime:
             return CloseCode.UNAUTHORIZED
         return driver
 
-    async def _run(self, driver: Driver) -> None:
+    async def _run(self, driver: Driver, principal: str) -> None:
         with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
             try:
                 await driver.run()
@@ -137,6 +173,7 @@ class Runtime:
             finally:
                 self.drivers.pop(driver.session_id, None)
                 self._runs.pop(driver.session_id, None)
+                self.sessions.release(principal)
                 if not self.drivers:
                     self.idle.set()
                 log.info("session_ended")
@@ -203,7 +240,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         status, answer = await run_tool_alone(
             runtime.agent,
             request.path_params["name"],
-            await request.body(),
+            await read_body(request, config.max_body_size),
             config.server_tool_timeout,
         )
         return JSONResponse(answer, status_code=status)
@@ -220,6 +257,6 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     ]
     if WEB_DEMO.is_dir():
         routes += [Route("/", index), Mount("/demo", app=StaticFiles(directory=WEB_DEMO))]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={BodyTooLarge: body_too_large})
     app.state.runtime = runtime
     return app

@@ -27,6 +27,8 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """SHA-256 of the resume token, hex: the token itself is never stored."""
     agent: str
     created_at: float
+    principal: str = "anonymous"
+    """Who started the session (an API key, a user); session quotas count by it."""
 
 
 class Store(Protocol):

@@ -4,6 +4,10 @@ The transport decodes client frames (validation happens here, at the edge) and
 feeds them to the driver. The first frame decides which session the socket
 belongs to: ``session.resume`` reattaches a live one, anything else starts a
 new one. When the socket goes, the session stays (for ``session_ttl``).
+
+Admission happens here too: at most ``max_sockets_per_ip`` open sockets per client
+address (the address a trusted proxy forwards, see ``forwarded_allow_ips``), and the
+runtime's session quotas at ``session.start``. Every refusal goes through ``_refuse``.
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketState
 
-from gateway.connection import Connection
-from gateway.errors import CloseCode
+from gateway.connection import ABORT_SCOPE_KEY, Connection
+from gateway.errors import CloseCode, TooManySessions
 from gateway.protocol import SUBPROTOCOL, DecodeFailure, Inbound, SessionResume, decode_client
 
 if TYPE_CHECKING:
@@ -44,8 +48,21 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if runtime.closing:
         await websocket.close(code=CloseCode.SERVICE_RESTART)
         return
+    address = websocket.client.host if websocket.client else ""
+    if not runtime.sockets.acquire(address):
+        reason = "too many sockets from this address"
+        await _refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
+        return
+    try:
+        await _serve(runtime, websocket)
+    finally:
+        runtime.sockets.release(address)
+
+
+async def _serve(runtime: Runtime, websocket: WebSocket) -> None:
+    offered = websocket.scope.get("subprotocols") or []
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
-    conn = runtime.connection(websocket)
+    conn = runtime.connection(websocket, abort=websocket.scope.get(ABORT_SCOPE_KEY))
     reader = _Reader(websocket)
     try:
         driver = await _open(runtime, conn, reader)
@@ -87,10 +104,40 @@ async def _open(runtime: Runtime, conn: Connection, reader: _Reader) -> Driver |
             return None
         found.attach(conn, first.last_seq)
         return found
-    driver = await runtime.start_session()
+    try:
+        driver = await runtime.start_session()
+    except TooManySessions as exc:
+        await _refuse(runtime, conn, exc.close_code, str(exc), label=exc.label)
+        return None
     driver.attach(conn)
     driver.feed(first)
     return driver
+
+
+async def _refuse(
+    runtime: Runtime,
+    websocket_or_conn: WebSocket | Connection,
+    code: CloseCode,
+    reason: str,
+    *,
+    label: str,
+) -> None:
+    """Refuse a socket with ``code`` and ``reason``: logged and counted by ``label``.
+
+    Every refused WebSocket goes through here. A socket not yet accepted is accepted
+    first (with the subprotocol it asked for), since only an open socket can carry a
+    close code and reason; an HTTP 403 would tell the client nothing.
+    """
+    log.info("connection_refused", label=label, close_code=int(code))
+    runtime.note_refusal(label)
+    if isinstance(websocket_or_conn, Connection):
+        websocket_or_conn.close(code, reason)
+        return
+    websocket = websocket_or_conn
+    if websocket.application_state is WebSocketState.CONNECTING:
+        offered = websocket.scope.get("subprotocols") or []
+        await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    await websocket.close(code, reason)
 
 
 _REFUSALS = {

@@ -13,6 +13,7 @@ MODULES = sorted([*ROOT.glob("gateway/**/*.py"), *ROOT.glob("client_sdk/**/*.py"
 
 # The core may use only the stdlib and these; and none of the I/O or clock modules.
 PURE = {
+    "gateway/admission.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -29,6 +30,7 @@ PURE = {
 }
 PURE_THIRD_PARTY = {"msgspec", "jsonschema"}
 NO_IO = {
+    "gateway/admission.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -42,8 +44,8 @@ NO_IO = {
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}
 EDGES = {
-    "starlette": {"gateway/transport.py", "gateway/app.py"},
-    "uvicorn": {"gateway/__main__.py"},
+    "starlette": {"gateway/transport.py", "gateway/app.py", "gateway/body.py"},
+    "uvicorn": {"gateway/__main__.py", "gateway/server.py"},
 }
 
 
