@@ -10,7 +10,10 @@ import socket
 import tracemalloc
 
 import httpx
+import pytest
+import websockets
 
+from gateway.protocol import SUBPROTOCOL
 from tests.support import say, serving, session, streamed_text
 
 SLOWLORIS = 500
@@ -165,3 +168,16 @@ async def test_a_body_within_the_limit_is_served():
             reply = await client.post("/v1/tools/add/test", json={"a": 2, "b": 3})
     assert reply.status_code == 200, reply.text
     assert reply.json()["output"] == {"total": 5}
+
+
+async def test_past_max_connections_upgrades_and_requests_get_503():
+    async with serving(max_connections=3) as gateway:
+        async with session(gateway.url) as (first, _), session(gateway.url):
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                await websockets.connect(gateway.url, subprotocols=[SUBPROTOCOL])
+            assert refused.value.response.status_code == 503
+            base = f"http://127.0.0.1:{gateway.port}"
+            async with httpx.AsyncClient(base_url=base) as client:
+                assert (await client.get("/healthz")).status_code == 503
+            # The sockets already in are served as usual.
+            assert streamed_text(await say(first, "echo in")) == "in"
