@@ -48,7 +48,10 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if runtime.closing:
         await websocket.close(code=CloseCode.SERVICE_RESTART)
         return
-    address = websocket.client.host if websocket.client else ""
+    if websocket.client is None:  # a Unix socket: no address to count by
+        await _serve(runtime, websocket)
+        return
+    address = websocket.client.host
     if not runtime.sockets.acquire(address):
         reason = "too many sockets from this address"
         await _refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
