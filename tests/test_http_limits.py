@@ -181,3 +181,40 @@ async def test_past_max_connections_upgrades_and_requests_get_503():
                 assert (await client.get("/healthz")).status_code == 503
             # The sockets already in are served as usual.
             assert streamed_text(await say(first, "echo in")) == "in"
+
+
+async def _closed_after(sock: socket.socket) -> float:
+    """Read until the server closes ``sock``; seconds it took."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with contextlib.suppress(ConnectionError):
+        while await loop.sock_recv(sock, 65536):
+            pass
+    return loop.time() - started
+
+
+async def test_a_body_that_trickles_in_is_cut_at_the_handshake_timeout():
+    async with serving(handshake_timeout=0.5) as gateway:
+        sock = await _post(
+            gateway.port,
+            b"POST /v1/tools/add/test HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        )
+        try:
+            held = await asyncio.wait_for(_closed_after(sock), 10)
+        finally:
+            sock.close()
+    assert 0.4 < held < 5
+
+
+async def test_an_idle_keep_alive_connection_is_closed():
+    async with serving(keep_alive_timeout=0.5) as gateway:
+        sock = await _post(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            loop = asyncio.get_running_loop()
+            first = await asyncio.wait_for(loop.sock_recv(sock, 65536), 5)
+            assert first.startswith(b"HTTP/1.1 200")
+            held = await asyncio.wait_for(_closed_after(sock), 10)
+        finally:
+            sock.close()
+    assert held < 5
