@@ -62,7 +62,7 @@ async def test_a_client_that_stops_reading_is_aborted_detached_and_resumes(tmp_p
     async with serving(
         agent=agent,
         send_buffer=4096,
-        send_timeout=0.5,
+        send_timeout=1.5,  # long enough that the resumed client, reading, is never cut
         ws_close_timeout=close_timeout,
         ws_ping_interval=None,  # the stalled send alone must catch it
         replay_max_events=50_000,  # the resume gets every event back
