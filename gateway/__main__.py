@@ -22,6 +22,7 @@ from gateway.errors import ConfigError
 from gateway.logging import configure_logging
 from gateway.protocol import protocol_schema
 from gateway.providers.http import HttpProvider
+from gateway.server import fit_open_file_limit, protocols
 
 __all__ = ["GatewayServer", "build_server", "main"]
 
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=config.port,
         **_serving(app.state.runtime, config),
     )
+    fit_open_file_limit(config)
     build_server(config, app).run()
     return 0
 
@@ -144,20 +146,26 @@ class GatewayServer(uvicorn.Server):
 
 def build_server(config: Config, app: Any) -> GatewayServer:
     """The uvicorn server for ``app`` (from ``create_app``); port 0 picks a free port."""
+    http, ws = protocols(config)  # the sans-I/O websockets one enforces ws_max_size (1009)
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        http=http,
+        ws=ws,
+        ws_max_size=config.ws_max_size,
+        ws_ping_interval=config.ws_ping_interval,
+        ws_ping_timeout=config.ws_ping_timeout,
+        limit_concurrency=config.max_connections,
+        proxy_headers=True,
+        forwarded_allow_ips=config.forwarded_allow_ips,
+        log_config=None,
+        lifespan="off",
+    )
+    # uvicorn types it as int; it only ever hands it to loop.call_later.
+    uvicorn_config.timeout_keep_alive = config.keep_alive_timeout  # type: ignore[assignment]
     return GatewayServer(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            ws="websockets-sansio",  # enforces ws_max_size with close 1009
-            ws_max_size=config.ws_max_size,
-            ws_ping_interval=config.ws_ping_interval,
-            ws_ping_timeout=config.ws_ping_timeout,
-            log_config=None,
-            lifespan="off",
-            proxy_headers=True,
-            forwarded_allow_ips=config.forwarded_allow_ips,
-        ),
+        uvicorn_config,
         runtime=app.state.runtime,
         grace=config.shutdown_timeout,
     )

@@ -20,11 +20,13 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from gateway import __version__
+from gateway.admission import AddressCounter, SessionQuota, proxy_networks
 from gateway.agent import DEMO_AGENT, Agent, load_agent
 from gateway.auth import Authenticator
 from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
+from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
-from gateway.connection import Connection, Socket
+from gateway.connection import Abort, Connection, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode
 from gateway.metrics import CONTENT_TYPE, Metrics
@@ -119,6 +121,15 @@ class Runtime:
         """Client-function schema limits, and the schemas checked so far (all sessions)."""
         self.schema_worker = SchemaWorker(self.schema_guard)
 
+        self.sockets = AddressCounter(
+            config.max_sockets_per_ip, exempt=proxy_networks(config.forwarded_allow_ips)
+        )
+        """Open WebSockets per client address (``max_sockets_per_ip``)."""
+        self.sessions = SessionQuota(
+            max_total=config.max_sessions, max_per_principal=config.max_sessions_per_principal
+        )
+        """Sessions held, live or waiting for a resume, in total and per principal."""
+
     def note_refusal(self, label: str) -> None:
         """Count a refused WebSocket connection under ``label`` (``no_token``...)."""
         self.metrics.note_refusal(label)
@@ -135,12 +146,19 @@ class Runtime:
             return "store_not_answering"
         return None
 
-    def connection(self, socket: Socket) -> Connection:
-        """Wrap a socket with this gateway's outbound bounds."""
+    def connection(self, socket: Socket, *, abort: Abort | None = None) -> Connection:
+        """Wrap a socket with this gateway's outbound bounds and timeouts.
+
+        ``abort`` drops the socket's connection at once (the server puts it in the ASGI
+        scope); without it a client that never reads is only closed.
+        """
         return Connection(
             socket,
             soft_size=self.config.outbound_soft_size,
             hard_size=self.config.outbound_hard_size,
+            send_timeout=self.config.send_timeout,
+            close_timeout=self.config.ws_close_timeout,
+            abort=abort,
         )
 
     async def start_session(self, principal: str | Principal = "anonymous") -> Driver:
@@ -149,6 +167,10 @@ class Runtime:
         Args:
             principal: who the session belongs to: what auth proved (its claims and the
                 client functions it may declare go with the session), or just a name.
+
+        Raises:
+            TooManySessions: the principal holds ``max_sessions_per_principal`` sessions
+                (4029), or the gateway holds ``max_sessions`` (1013).
         """
         if isinstance(principal, str):
             principal = (
@@ -156,6 +178,14 @@ class Runtime:
                 if principal == ANONYMOUS.name
                 else Principal(name=principal, kind="api_key")
             )
+        self.sessions.reserve(principal.name)  # before any await: no two starts race past it
+        try:
+            return await self._new_session(principal)
+        except BaseException:
+            self.sessions.release(principal.name)
+            raise
+
+    async def _new_session(self, principal: Principal) -> Driver:
         config = self.config
         token = secrets.token_urlsafe(32)
         settings = SessionSettings(
@@ -196,7 +226,7 @@ class Runtime:
         self.drivers[driver.session_id] = driver
         self.idle.clear()
         self._runs[driver.session_id] = asyncio.create_task(
-            self._run(driver), name=f"gateway:session:{driver.session_id}"
+            self._run(driver, principal.name), name=f"gateway:session:{driver.session_id}"
         )
         return driver
 
@@ -222,7 +252,7 @@ class Runtime:
             return ResumeRefusal(CloseCode.UNAUTHORIZED, "wrong resume token", "wrong_resume_token")
         return driver
 
-    async def _run(self, driver: Driver) -> None:
+    async def _run(self, driver: Driver, principal: str) -> None:
         with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
             try:
                 await driver.run()
@@ -236,6 +266,7 @@ class Runtime:
             finally:
                 self.drivers.pop(driver.session_id, None)
                 self._runs.pop(driver.session_id, None)
+                self.sessions.release(principal)
                 if not self.drivers:
                     self.idle.set()
                 log.info("session_ended")
@@ -317,7 +348,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         status, answer = await run_tool_alone(
             runtime.agent,
             request.path_params["name"],
-            await request.body(),
+            await read_body(request, config.max_body_size),
             config.server_tool_timeout,
         )
         return JSONResponse(answer, status_code=status)
@@ -337,6 +368,10 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         Mount("/demo", app=StaticFiles(directory=WEB_DEMO)),
         *auth_routes(runtime),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(OriginGuard, policy=runtime.origins)])
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(OriginGuard, policy=runtime.origins)],
+        exception_handlers={BodyTooLarge: body_too_large},
+    )
     app.state.runtime = runtime
     return app

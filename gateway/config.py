@@ -61,9 +61,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    forwarded_allow_ips: str = "127.0.0.1"
-    """Proxies trusted to set ``X-Forwarded-For``/``-Proto`` (comma-separated addresses,
-    or ``*``): the client address of a socket is the header's when it comes from one."""
     no_auth: bool = False
     """Serve callers without a credential (as ``anonymous``): local development only. The
     gateway refuses to start with it on a host that is not loopback. Credentials
@@ -120,6 +117,43 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Checked client-function schemas kept, compiled, for the sessions that declare them
     again (least recently used go first). Keep it at 256 or more: a declaration holds up
     to 256 schemas, and those that do not fit are checked on the event loop."""
+    handshake_timeout: float | None = 10.0
+    """Seconds a new connection (and each request on a kept-alive one) has to send its whole
+    HTTP request: request line, headers and body, a WebSocket upgrade included. Past it the
+    connection is dropped without an answer (slowloris). ``None`` disables the limit."""
+    keep_alive_timeout: float = 5.0
+    """Seconds an idle HTTP keep-alive connection stays open (uvicorn's ``timeout_keep_alive``)."""
+    max_connections: int | None = 16_384
+    """Open connections (HTTP and WebSocket) past which new requests and upgrades get HTTP 503
+    (uvicorn's ``limit_concurrency``). ``gateway serve`` raises its open-file limit to fit
+    it when the system allows (and warns when it cannot). ``None`` disables the limit."""
+    send_timeout: float | None = 20.0
+    """Seconds one send to a WebSocket may stall (the client stopped reading) before the socket
+    is closed with 1013 and dropped after ``ws_close_timeout``; the session waits for a resume.
+    ``None`` waits forever (the keepalive ping still notices a dead peer)."""
+    ws_close_timeout: float = 5.0
+    """Seconds a closing WebSocket waits for the client's close frame; then the connection is
+    aborted, which frees what the kernel still buffers for a client that does not read."""
+    max_sockets_per_ip: int | None = 64
+    """Open WebSockets per client address; one more is closed with 1013. The addresses of
+    ``forwarded_allow_ips`` (trusted proxies: this machine by default) are not limited: behind
+    them each client's forwarded address is counted. ``None`` disables the limit."""
+    forwarded_allow_ips: str = "127.0.0.1,::1"
+    """Comma-separated addresses or networks of proxies trusted to set ``X-Forwarded-For``
+    (the client address used by ``max_sockets_per_ip``); ``*`` trusts any, an empty string
+    none."""
+    max_sessions: int | None = 20_000
+    """Sessions this gateway holds, live and waiting for a resume; one more ``session.start``
+    is closed with 1013. Size it to the node's memory (docs/limits.md). ``None`` disables
+    the limit."""
+    max_sessions_per_principal: int | None = 100
+    """Sessions one principal (an API key, or a user of a client token) holds, live and
+    waiting for a resume; one more ``session.start`` is closed with 4029. Without auth
+    (loopback only) every client is ``anonymous`` and only ``max_sessions`` holds. ``None``
+    disables the limit."""
+    max_body_size: int | None = 64 * 2**10
+    """Largest HTTP request body in bytes; a larger one gets HTTP 413 and the connection
+    closes. ``None`` disables the limit."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

@@ -4,25 +4,38 @@ A session outlives its sockets; a ``Connection`` is one of them. The driver
 pushes encoded events with ``send`` (never blocking: a slow client makes the
 queue merge deltas, then closes with 1013); ``close`` ends the socket, after
 flushing what is queued or at once.
+
+A client that stops reading stalls the writer: once one send has waited
+``send_timeout`` seconds the socket is closed with 1013, and if even the close
+cannot be handed over within ``close_timeout`` the connection is aborted (the
+server's own close timer aborts it too when the close frame is never answered).
+Either way ``done`` is set, so the session detaches and its TTL starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
 
+from gateway.errors import CloseCode
 from gateway.outqueue import OutboundQueue
 from gateway.protocol import Pong, ServerMsg
 
-__all__ = ["Connection", "Socket"]
+__all__ = ["ABORT_SCOPE_KEY", "Abort", "Connection", "Socket"]
 
 log = structlog.get_logger("gateway.connection")
 
-CLOSE_WAIT = 5.0
-"""Seconds a close may wait for a client that does not read; then the socket is dropped."""
+Abort = Callable[[], None]
+"""Drops a socket's connection at once, unsent bytes and all."""
+
+ABORT_SCOPE_KEY = "gateway.abort"
+"""ASGI scope key under which the gateway's server puts an ``Abort`` for the WebSocket."""
+
+_NOT_READING = "client not reading: resume to get the rest"
 
 
 class Socket(Protocol):
@@ -36,8 +49,20 @@ class Socket(Protocol):
 class Connection:
     """See the module docstring."""
 
-    def __init__(self, socket: Socket, *, soft_size: int, hard_size: int) -> None:
+    def __init__(
+        self,
+        socket: Socket,
+        *,
+        soft_size: int,
+        hard_size: int,
+        send_timeout: float | None = None,
+        close_timeout: float = 5.0,
+        abort: Abort | None = None,
+    ) -> None:
         self._socket = socket
+        self._send_timeout = send_timeout
+        self._close_timeout = close_timeout
+        self._abort = abort
         self._queue = OutboundQueue(soft_size=soft_size, hard_size=hard_size)
         self._replay: deque[bytes] = deque()
         self._ready = asyncio.Event()
@@ -113,14 +138,27 @@ class Connection:
                 await self._ready.wait()
                 self._ready.clear()
                 while (data := self._next()) is not None:
-                    await self._socket.send_text(data.decode())
+                    async with asyncio.timeout(self._send_timeout):
+                        await self._socket.send_text(data.decode())
                 if self._closing is not None:
                     break
+        except TimeoutError:
+            self._stalled()
         except Exception as exc:  # whatever the socket raises once the peer is gone
             log.debug("send_failed", error=type(exc).__name__)
             self.done.set()  # the receive loop notices the disconnect too
             return
         await self._close_socket()
+
+    def _stalled(self) -> None:
+        """A send waited ``send_timeout``: the client stopped reading; close with 1013."""
+        log.warning("client_not_reading", send_timeout=self._send_timeout, queued=self._queue.size)
+        if self._closing is None:
+            self._closing = (CloseCode.TRY_AGAIN, _NOT_READING)
+            self.close_code = CloseCode.TRY_AGAIN
+            self.close_requested.set()
+        self._queue.clear()
+        self._replay.clear()
 
     def _next(self) -> bytes | None:
         return self._replay.popleft() if self._replay else self._queue.pop()
@@ -129,8 +167,14 @@ class Connection:
         assert self._closing is not None
         code, reason = self._closing
         try:
-            async with asyncio.timeout(CLOSE_WAIT):
+            async with asyncio.timeout(self._close_timeout):
                 await self._socket.close(code, reason or None)
-        except Exception as exc:  # already closed, or a peer that never reads: give up
+        except TimeoutError:
+            # A peer that never reads; closing would wait for it forever, with the unsent
+            # bytes held in our buffers and the kernel's. Drop the connection.
+            log.info("socket_aborted", code=code, close_timeout=self._close_timeout)
+            if self._abort is not None:
+                self._abort()
+        except Exception as exc:  # already closed
             log.debug("close_failed", code=code, error=type(exc).__name__)
         self.done.set()

@@ -133,6 +133,9 @@ class Driver:
         self.quiet = asyncio.Event()
         """Set while no response runs (graceful shutdown waits for it)."""
         self.quiet.set()
+        self.detached = asyncio.Event()
+        """Set while no socket is attached, so the TTL runs (tests and probes wait on it)."""
+        self.detached.set()
 
     @property
     def session_id(self) -> str:
@@ -235,10 +238,12 @@ class Driver:
                         resumed=last_seq is not None, replaced=replaced is not None, now=now
                     )
                 )
+                self.detached.clear()
                 if last_seq is not None:
                     await self._replay(conn, last_seq)
             case _Detach(conn=conn, end=end) if conn is self._conn:
                 self._conn, self._detached_at = None, self._clock()
+                self.detached.set()
                 log.info("session_detached", last_seq=self.session.last_seq, ended=end)
                 self._tell(lambda observer, now: observer.detached(ended=end, now=now))
                 if end:

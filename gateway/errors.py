@@ -17,6 +17,7 @@ __all__ = [
     "LimitExceeded",
     "ProtocolViolation",
     "ProviderError",
+    "TooManySessions",
     "ToolError",
 ]
 
@@ -55,6 +56,7 @@ class CloseCode(enum.IntEnum):
     UNKNOWN_SESSION = 4004
     SESSION_EXPIRED = 4008
     TAKEN_OVER = 4009  # a session.resume on another socket took the session over
+    TOO_MANY_SESSIONS = 4029  # the principal holds max_sessions_per_principal sessions
 
 
 class GatewayError(Exception):
@@ -94,3 +96,20 @@ class ToolError(GatewayError):
 
 class ConfigError(GatewayError):
     """The gateway's configuration (agent file, scenario, flags) is invalid."""
+
+
+class TooManySessions(GatewayError):
+    """A new session would go over a session quota: the socket is refused, nothing ends.
+
+    Attributes:
+        label: short snake_case reason for logs and metrics (``gateway_full``,
+            ``too_many_sessions``).
+    """
+
+    code: ErrorCode = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, close_code: CloseCode, label: str) -> None:
+        super().__init__(message)
+        self.close_code = close_code
+        self.label = label

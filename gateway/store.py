@@ -28,7 +28,8 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     agent: str
     created_at: float
     principal: str = "anonymous"
-    """Who created the session (``Principal.name``): only they may resume it."""
+    """Who created the session (``Principal.name``): only they may resume it, and session
+    quotas count by it."""
 
 
 class Store(Protocol):

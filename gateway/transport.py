@@ -7,7 +7,10 @@ new one. When the socket goes, the session stays (for ``session_ttl``).
 
 Before that, the handshake is checked: Host and Origin (``gateway.origin``), then
 the credential (``gateway.auth``); the principal it proves owns the session, and
-only the same principal may resume it. Every refusal goes through ``_refuse``.
+only the same principal may resume it.
+Admission happens here too: at most ``max_sockets_per_ip`` open sockets per client
+address (the address a trusted proxy forwards, see ``forwarded_allow_ips``), and the
+runtime's session quotas at ``session.start``. Every refusal goes through ``_refuse``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketState
 
 from gateway.auth import AuthError
-from gateway.connection import Connection
-from gateway.errors import CloseCode
+from gateway.connection import ABORT_SCOPE_KEY, Connection
+from gateway.errors import CloseCode, TooManySessions
 from gateway.principal import Principal
 from gateway.protocol import (
     SUBPROTOCOL,
@@ -84,9 +87,26 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     except AuthError as exc:
         await _refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
         return
+    address = websocket.client.host if websocket.client is not None else None
+    if address is None:  # a Unix socket: no address to count by
+        await _serve(runtime, websocket, principal)
+        return
+    if not runtime.sockets.acquire(address):
+        reason = "too many sockets from this address"
+        await _refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
+        return
+    try:
+        await _serve(runtime, websocket, principal)
+    finally:
+        runtime.sockets.release(address)
+
+
+async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -> None:
+    """Accept an admitted socket and run it: its first frame, then its session."""
+    offered = websocket.scope.get("subprotocols") or []
     # Never the token subprotocol: the chosen one is echoed back in the response.
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
-    conn = runtime.connection(websocket)
+    conn = runtime.connection(websocket, abort=websocket.scope.get(ABORT_SCOPE_KEY))
     reader = _Reader(
         websocket,
         conn,
@@ -173,7 +193,11 @@ async def _open(
             return None
         found.attach(conn, first.last_seq)
         return found
-    driver = await runtime.start_session(principal)
+    try:
+        driver = await runtime.start_session(principal)
+    except TooManySessions as exc:
+        await _refuse(runtime, conn, exc.close_code, str(exc), label=exc.label)
+        return None
     driver.attach(conn)
     driver.feed(first)
     return driver

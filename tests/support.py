@@ -70,6 +70,7 @@ class Gateway:
     url: str
     runtime: Runtime
     model: RecordingProvider
+    port: int = 0
 
 
 @asynccontextmanager
@@ -106,11 +107,11 @@ async def serving(*, send_buffer: int | None = None, **overrides: Any) -> AsyncI
     if send_buffer is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
+    sock.listen(1024)  # room for the slowloris test's burst of connections
     port = sock.getsockname()[1]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        yield Gateway(f"ws://127.0.0.1:{port}/v1/realtime", app.state.runtime, model)
+        yield Gateway(f"ws://127.0.0.1:{port}/v1/realtime", app.state.runtime, model, port)
     finally:
         server.should_exit = True
         await task

@@ -13,6 +13,7 @@ MODULES = sorted([*ROOT.glob("gateway/**/*.py"), *ROOT.glob("client_sdk/**/*.py"
 
 # The core may use only the stdlib and these; and none of the I/O or clock modules.
 PURE = {
+    "gateway/admission.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -32,6 +33,7 @@ PURE = {
 # referencing is jsonschema's own resolver; re2 runs client regexes in linear time.
 PURE_THIRD_PARTY = {"msgspec", "jsonschema", "referencing", "re2"}
 NO_IO = {
+    "gateway/admission.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -47,8 +49,13 @@ NO_IO = {
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}
 EDGES = {
-    "starlette": {"gateway/transport.py", "gateway/app.py", "gateway/auth_http.py"},
-    "uvicorn": {"gateway/__main__.py"},
+    "starlette": {
+        "gateway/transport.py",
+        "gateway/app.py",
+        "gateway/auth_http.py",
+        "gateway/body.py",
+    },
+    "uvicorn": {"gateway/__main__.py", "gateway/server.py"},
 }
 
 

@@ -1,0 +1,237 @@
+"""uvicorn's HTTP and WebSocket protocols with the limits that hold under attack.
+
+uvicorn alone holds a connection that never finishes its request headers forever
+(slowloris), closes a WebSocket whose peer stopped reading with ``transport.close()``
+(which waits for the unsent bytes, so forever), and answers a missed keepalive pong
+with 1011 (our bug, for a peer's fault). The subclasses here change exactly that:
+
+- ``handshake_timeout``: a connection has that long for its whole HTTP request (request
+  line, headers, body; a WebSocket upgrade included) from its first byte, or from the
+  connection itself; then it is aborted.
+- ``max_connections`` (uvicorn's ``limit_concurrency``) applies to WebSocket upgrades too:
+  past it the upgrade gets HTTP 503, as plain requests do.
+- A WebSocket close never waits for the peer to read: the close frame is queued and, when
+  the closing handshake is not done within ``ws_close_timeout``, the connection is
+  aborted. Whatever closes the transport (the peer, a shutdown, the app returning) gets
+  the same bound.
+- A keepalive ping left unanswered closes with 1013 ("no pong in time"), not 1011.
+- The ASGI scope of each WebSocket carries an ``Abort`` under ``ABORT_SCOPE_KEY`` (see
+  ``gateway.connection``), so the app can drop a connection that does not read.
+
+This module and ``__main__`` are the only ones that import uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from typing import Any, ClassVar
+
+import structlog
+from uvicorn._types import ASGISendEvent
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
+from websockets.http11 import Request
+
+from gateway.config import Config
+from gateway.connection import ABORT_SCOPE_KEY
+from gateway.errors import CloseCode
+
+__all__ = ["GatewayHttpProtocol", "GatewayWebSocketProtocol", "fit_open_file_limit", "protocols"]
+
+log = structlog.get_logger("gateway.server")
+
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 27\r\nconnection: close\r\n\r\nExceeded concurrency limit."
+)
+
+
+def _drop(transport: asyncio.Transport) -> None:
+    """Abort ``transport`` with a TCP reset, so the kernel frees what it still buffers.
+
+    A plain close of a socket with unsent bytes leaves an orphan the kernel keeps trying
+    to send to (for minutes, to a peer that does not read); ``SO_LINGER`` 0 discards them.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def protocols(config: Config) -> tuple[type[GatewayHttpProtocol], type[GatewayWebSocketProtocol]]:
+    """The protocol classes to give ``uvicorn.Config(http=..., ws=...)`` for ``config``."""
+
+    class Http(GatewayHttpProtocol):
+        handshake_timeout = config.handshake_timeout
+
+    class WebSocket(GatewayWebSocketProtocol):
+        close_wait = config.ws_close_timeout
+
+    return Http, WebSocket
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):
+    """httptools' protocol with a deadline for each request and a bound on upgrades."""
+
+    handshake_timeout: ClassVar[float | None] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._request_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._start_request_timer()  # a connection that never sends a byte counts too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_request_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._start_request_timer()  # the next request on a kept-alive connection
+
+    def on_message_complete(self) -> None:
+        self._stop_request_timer()
+        super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._stop_request_timer()  # the request is complete; the WebSocket takes over
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            # uvicorn checks limit_concurrency only for plain requests.
+            self.logger.warning("Exceeded concurrency limit.")
+            self.transport.write(_BUSY)
+            self.transport.close()
+            return
+        super().handle_websocket_upgrade()
+
+    def _start_request_timer(self) -> None:
+        if self.handshake_timeout is not None and self._request_timer is None:
+            self._request_timer = self.loop.call_later(self.handshake_timeout, self._timed_out)
+
+    def _stop_request_timer(self) -> None:
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def _timed_out(self) -> None:
+        self._request_timer = None
+        log.debug("handshake_timed_out", timeout=self.handshake_timeout)
+        _drop(self.transport)
+
+
+class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
+    """The sans-I/O websockets protocol, with closes that cannot hang (see the module)."""
+
+    close_wait: ClassVar[float] = 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.close_timeout = self.close_wait
+        self._abort_timer: asyncio.TimerHandle | None = None
+
+    def abort(self) -> None:
+        """Drop the connection now, and whatever is still unsent with it."""
+        if not self.disconnected:
+            log.info("socket_aborted", close_wait=self.close_wait)
+            _drop(self.transport)
+
+    # Hooks: after each of these, a transport left closing must be gone within close_wait.
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        if self.response.status_code == 101:
+            # The app task has been created, not started: it sees this key.
+            self.scope[ABORT_SCOPE_KEY] = self.abort  # type: ignore[literal-required]
+        self._bound_closing()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._bound_closing()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._bound_closing()
+
+    async def run_asgi(self) -> None:
+        await super().run_asgi()
+        self._bound_closing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+            self._abort_timer = None
+        super().connection_lost(exc)
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "websocket.close" and self.handshake_complete:
+            if self.initial_response is None:
+                # uvicorn would first wait until the peer reads (forever, if it does not).
+                self._close(message.get("code", 1000), message.get("reason") or "")
+                return
+        await super().send(message)
+        self._bound_closing()
+
+    def keepalive_timeout(self) -> None:
+        self.pong_timer = None
+        self.pending_ping_payload = None
+        if self.close_sent or self.transport.is_closing():
+            return
+        log.info("ping_timed_out", ping_timeout=self.ping_timeout)
+        self._close(CloseCode.TRY_AGAIN, "no pong in time: resume to get the rest")
+
+    def _close(self, code: int, reason: str) -> None:
+        """Start the closing handshake without waiting for the peer; abort if it stalls."""
+        if self.close_sent or self.disconnected or self.transport.is_closing():
+            return  # closing already (by us or by the peer)
+        try:
+            self.conn.send_close(code, reason)
+        except InvalidState:
+            return  # the peer's close came first
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        if self.read_paused:  # read on, to see the peer's close frame
+            self.read_paused = False
+            self.transport.resume_reading()
+        # uvicorn's handle_close cancels close_timer when the peer answers, then closes.
+        self.close_timer = self.loop.call_later(self.close_wait, self.abort)
+
+    def _bound_closing(self) -> None:
+        if self._abort_timer is None and not self.disconnected and self.transport.is_closing():
+            self._abort_timer = self.loop.call_later(self.close_wait, self.abort)
+
+
+_SPARE_FILES = 1024
+"""Open files beyond one per connection: logs, the store, the schema worker, upstream HTTP."""
+
+
+def fit_open_file_limit(config: Config) -> None:
+    """Raise this process's soft open-file limit so ``max_connections`` sockets fit.
+
+    Linux often starts processes at 1024 open files, far fewer than a node's connections;
+    the hard limit is usually higher and a process may raise its own soft limit up to it.
+    Logs a warning when the hard limit is too low for ``max_connections``.
+    """
+    import resource  # POSIX only: the gateway serves from Linux and macOS
+
+    wanted = (config.max_connections or 65_536) + _SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open_file_limit_low",
+            limit=soft,
+            wanted=wanted,
+            note="fewer sockets than max_connections can be open: raise `ulimit -n`",
+        )
