@@ -74,6 +74,11 @@ class Connection:
         self.close_code: int | None = None
         self.pongs_owed = 0
         """Pings read from this socket whose pong is not queued yet (see ``_Reader``)."""
+        self._loop = asyncio.get_running_loop()
+        self._sending_since: float | None = None
+        """When the send under way started (loop time), if one is."""
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._send_stalled = False
         self._writer = asyncio.create_task(self._write_loop(), name="gateway:writer")
         self._closer: asyncio.Task[None] | None = None
 
@@ -124,6 +129,8 @@ class Connection:
 
     async def aclose(self) -> None:
         """Stop the tasks; for when the socket is gone already."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for task in (self._writer, self._closer):
             if task is not None:
                 task.cancel()
@@ -137,18 +144,48 @@ class Connection:
             while True:
                 await self._ready.wait()
                 self._ready.clear()
-                while (data := self._next()) is not None:
-                    async with asyncio.timeout(self._send_timeout):
+                try:
+                    while (data := self._next()) is not None:
+                        self._sending_since = self._loop.time()
+                        if self._watchdog is None and self._send_timeout is not None:
+                            self._watchdog = self._loop.call_later(
+                                self._send_timeout, self._check_sends
+                            )
                         await self._socket.send_text(data.decode())
+                finally:
+                    self._sending_since = None
                 if self._closing is not None:
                     break
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not self._send_stalled:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own doing
             self._stalled()
         except Exception as exc:  # whatever the socket raises once the peer is gone
             log.debug("send_failed", error=type(exc).__name__)
             self.done.set()  # the receive loop notices the disconnect too
             return
         await self._close_socket()
+
+    def _check_sends(self) -> None:
+        """The stall watchdog: cut a send that has waited ``send_timeout``.
+
+        One timer per busy socket, armed by the first send and re-armed while sends go on
+        (not one per send: the writer is on the path of every delta); an idle socket has
+        none.
+        """
+        self._watchdog = None
+        since = self._sending_since
+        if since is None or self._send_timeout is None:
+            return
+        stalled_for = self._loop.time() - since
+        if stalled_for < self._send_timeout:
+            self._watchdog = self._loop.call_later(
+                self._send_timeout - stalled_for, self._check_sends
+            )
+            return
+        self._send_stalled = True
+        self._writer.cancel()
 
     def _stalled(self) -> None:
         """A send waited ``send_timeout``: the client stopped reading; close with 1013."""

@@ -11,6 +11,8 @@ ids or user data, so the number of series stays small whatever the traffic.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -19,6 +21,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway.protocol import (
     Error,
@@ -43,9 +47,28 @@ _TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 30
 _OPEN_STATUSES = ("requested", "running", "pending", "progress")
 
 
-def _tag(msg: ServerMsg) -> str:
-    tag = type(msg).__struct_config__.tag
-    return tag if isinstance(tag, str) else type(msg).__name__
+def _tag(msg_type: type[ServerMsg]) -> str:
+    tag = msg_type.__struct_config__.tag
+    return tag if isinstance(tag, str) else msg_type.__name__
+
+
+class _EventsSent(Collector):
+    """``gateway_events_sent_total{type}``, counted in a plain dict and read at scrape time:
+    it is bumped for every event, deltas included, and a prometheus ``Counter`` takes a
+    lock per increment."""
+
+    def __init__(self) -> None:
+        self.counts: dict[type[ServerMsg], int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "gateway_events_sent",
+            "Server events sent by sessions (replays not counted again), by type.",
+            labels=["type"],
+        )
+        for msg_type, count in list(self.counts.items()):
+            family.add_metric([_tag(msg_type)], count)
+        yield family
 
 
 class Metrics:
@@ -78,12 +101,8 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
-        self.events_sent = Counter(
-            "gateway_events_sent",
-            "Server events sent by sessions (replays not counted again), by type.",
-            ["type"],
-            registry=registry,
-        )
+        self._events_sent = _EventsSent()
+        registry.register(self._events_sent)
         self.errors_sent = Counter(
             "gateway_errors_sent", "error events sent, by code.", ["code"], registry=registry
         )
@@ -119,6 +138,11 @@ class Metrics:
     def observer(self) -> MetricsObserver:
         """A new observer for one session."""
         return MetricsObserver(self)
+
+    def count_sent(self, msg_type: type[ServerMsg]) -> None:
+        """Count one sent event of ``msg_type``."""
+        counts = self._events_sent.counts
+        counts[msg_type] = counts.get(msg_type, 0) + 1
 
     def note_refusal(self, label: str) -> None:
         """Count a refused connection (``label`` is a short snake_case reason)."""
@@ -185,14 +209,16 @@ class MetricsObserver:
 
     def sent(self, msg: ServerMsg, now: float) -> None:
         metrics = self._metrics
-        metrics.events_sent.labels(type=_tag(msg)).inc()
+        metrics.count_sent(type(msg))
+        if type(msg) is TextDelta:  # the hot path: one check, then done
+            if self._awaiting_delta and msg.response_id in self._awaiting_delta:
+                metrics.first_delta.observe(now - self._awaiting_delta.pop(msg.response_id))
+            return
         match msg:
             case SessionCreated(tools=tools) | SessionUpdated(tools=tools):
                 self._kinds = {tool.name: tool.kind for tool in tools}
             case ResponseCreated(response_id=response_id):
                 self._awaiting_delta[response_id] = now
-            case TextDelta(response_id=response_id) if response_id in self._awaiting_delta:
-                metrics.first_delta.observe(now - self._awaiting_delta.pop(response_id))
             case ResponseDone(response_id=response_id, status=status):
                 self._awaiting_delta.pop(response_id, None)
                 metrics.responses.labels(status=status).inc()

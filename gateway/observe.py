@@ -21,6 +21,7 @@ from gateway.protocol import (
     ResponseDone,
     ServerMsg,
     SessionCreated,
+    TextDelta,
     ToolCalls,
     ToolStatus,
 )
@@ -67,6 +68,8 @@ class LogObserver:
         pass
 
     def sent(self, msg: ServerMsg, now: float) -> None:
+        if type(msg) is TextDelta:  # the most frequent event by far, and never logged
+            return
         match msg:
             case SessionCreated(agent=agent, tools=tools):
                 log.info(
