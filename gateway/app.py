@@ -199,6 +199,8 @@ class Runtime:
                 max_steps=config.max_steps,
                 ws_max_size=config.ws_max_size,
                 client_call_timeout=config.client_call_timeout,
+                max_messages_per_second=config.max_messages_per_second,
+                max_message_burst=config.max_message_burst,
             ),
             server_tool_timeout=config.server_tool_timeout,
             principal=principal,

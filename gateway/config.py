@@ -104,8 +104,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_schema_nodes: int | None = 500
     """Object members and array items, ``$ref`` targets counted where they are used, in
     all the client-function schemas of one ``session.start`` or ``session.update``.
-    Checking a new schema costs up to about 0.6 ms per node (in a worker thread; see
-    docs/limits.md). ``None`` disables the limit."""
+    Checking a new schema costs up to about 0.6 ms per node (in a worker process, off the
+    event loop; see docs/limits.md). ``None`` disables the limit."""
     max_schema_pattern_length: int | None = 256
     """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
     in characters; ``None`` disables the limit."""

@@ -230,6 +230,11 @@ class Limits(msgspec.Struct, kw_only=True):
     max_steps: int
     ws_max_size: int
     client_call_timeout: float
+    max_messages_per_second: float | None = None
+    """Frames the socket may send per second on average (``None``: no limit); a ``ping``
+    sent after the previous ``pong`` is free."""
+    max_message_burst: int | None = None
+    """Frames the socket may send at once above that rate."""
 
 
 class SessionCreated(ServerMsg, tag="session.created"):

@@ -371,6 +371,11 @@ async def test_message_sent_during_a_response_is_queued_and_answered_next(url):
 async def test_a_looping_model_stops_at_max_steps(url):
     async with session(url) as (conn, created):
         assert created.limits is not None
+        # The rate limit is in force, and told (so that a client can stay inside it).
+        assert (created.limits.max_messages_per_second, created.limits.max_message_burst) == (
+            50.0,
+            100,
+        )
         events = await say(conn, "loop")
     error = next(e for e in events if isinstance(e, Error))
     assert error.code == "max_steps_exceeded"

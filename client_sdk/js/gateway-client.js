@@ -66,6 +66,9 @@
  * @property {number} max_steps
  * @property {number} ws_max_size Bytes.
  * @property {number} client_call_timeout Seconds.
+ * @property {number} [max_messages_per_second] Frames per second the socket may send on
+ *   average (absent: no limit); a ping sent after the previous pong is free.
+ * @property {number} [max_message_burst] Frames the socket may send at once above that rate.
  */
 
 /**
