@@ -48,6 +48,8 @@ _PEEK_MAX_CHARS = 4096
 """Frames up to this size are decoded before the rate limit is applied: a ``ping`` among
 them may be free, and a refused one's ``id`` is named in the error. Larger frames over the
 limit are refused unread, so that refusing costs little."""
+_FLOOD_CLOSE_WAIT = 5.0
+"""Seconds the driver has to close a flooding socket before the transport does it."""
 _FLOODED = DecodeFailure(code="rate_limited", message="message flood")
 """Queued by the reader after the last frame it reads from a flooding client; the socket
 then closes with 1008 once the errors before it are sent (never sent itself)."""
@@ -216,7 +218,10 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
             if message is _FLOODED:
                 # Closed by the driver, after the rate_limited errors fed before it.
                 driver.close_socket(conn, CloseCode.POLICY, "message flood")
-                await conn.close_requested.wait()
+                try:
+                    await asyncio.wait_for(conn.close_requested.wait(), _FLOOD_CLOSE_WAIT)
+                except TimeoutError:  # the session ended meanwhile: close it here
+                    conn.close(CloseCode.POLICY, "message flood")
                 return
             driver.feed(message)
     finally:
