@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from gateway.providers.base import ModelRequest, ModelText
+from gateway.model import ModelRequest, ModelText
 from gateway.providers.http import HttpModel
 from gateway.providers.openai import OpenAIProvider
 from gateway.transcript import UserTurn

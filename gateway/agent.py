@@ -17,7 +17,8 @@ from gateway.config import load_toml
 from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
-from gateway.tools import ServerTool, ToolDef, ToolRegistry, default_display_name
+from gateway.server_tool import ServerTool
+from gateway.tools import ToolDef, ToolRegistry, default_display_name
 
 __all__ = ["DEMO_AGENT", "Agent", "load_agent"]
 

@@ -17,9 +17,9 @@ import msgspec
 
 from gateway.call import Call, CallState, Ledger
 from gateway.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
+from gateway.model import ModelToolCall
 from gateway.outbox import Outbox
 from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolStatus
-from gateway.providers.base import ModelToolCall
 from gateway.tools import ToolRegistry, default_display_name
 from gateway.transcript import PENDING, ToolOutcome, completion_note
 

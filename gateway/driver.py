@@ -39,6 +39,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.model import ModelFinish
 from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
     Ack,
@@ -49,10 +50,10 @@ from gateway.protocol import (
     SessionUpdate,
     encode,
 )
-from gateway.providers.base import ModelFinish, Provider
+from gateway.providers.base import Provider
+from gateway.server_tool import Progress, ServerTool
 from gateway.session import Session
 from gateway.store import Store
-from gateway.tools import Progress, ServerTool
 
 __all__ = ["Driver"]
 

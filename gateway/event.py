@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from gateway.call import Call
+from gateway.model import ModelEvent, ModelRequest
 from gateway.protocol import DecodeFailure, Inbound, ServerMsg
-from gateway.providers.base import ModelEvent, ModelRequest
 
 __all__ = [
     "CallModel",

@@ -33,6 +33,14 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.model import (
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelText,
+    ModelToolCall,
+    ToolSchema,
+)
 from gateway.outbox import Outbox
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
@@ -61,14 +69,6 @@ from gateway.protocol import (
     TranscriptEntry,
     Usage,
     UserMessage,
-)
-from gateway.providers.base import (
-    ModelEvent,
-    ModelFinish,
-    ModelRequest,
-    ModelText,
-    ModelToolCall,
-    ToolSchema,
 )
 from gateway.schema_guard import SchemaGuard
 from gateway.tools import ToolDef, ToolRegistry, default_display_name

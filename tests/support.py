@@ -18,6 +18,7 @@ from client_sdk import Connection, connect_raw
 from gateway.__main__ import build_server
 from gateway.app import Runtime, agent_from_config, create_app
 from gateway.config import Config
+from gateway.model import ModelEvent, ModelRequest
 from gateway.protocol import (
     SUBPROTOCOL,
     ClientMsg,
@@ -34,7 +35,7 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.providers.base import ModelEvent, ModelRequest, Provider, ReportsRetries, RetryListener
+from gateway.providers.base import Provider, ReportsRetries, RetryListener
 
 TEST_AGENT = Path(__file__).parent / "data" / "agent.toml"
 

@@ -10,13 +10,13 @@ import pytest
 from gateway.agent import DEMO_AGENT, load_agent
 from gateway.errors import ConfigError
 from gateway.providers.base import Capabilities
-from gateway.tools import tool
+from gateway.server_tool import tool
 
 SCENARIO = "pace = 0\n"
 OPEN = '[[client_functions]]\nname = "open"\ndescription = "d"\n'
 TOOLS_PY = '''
 import msgspec
-from gateway.tools import tool
+from gateway.server_tool import tool
 
 class Query(msgspec.Struct):
     q: str

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ PURE = {
     "gateway/outqueue.py",
     "gateway/call.py",
     "gateway/transcript.py",
+    "gateway/model.py",
     "gateway/errors.py",
     "gateway/config.py",
     "gateway/tools.py",
@@ -42,12 +45,18 @@ NO_IO = {
     "gateway/outqueue.py",
     "gateway/call.py",
     "gateway/transcript.py",
+    "gateway/model.py",
     "gateway/errors.py",
     "gateway/principal.py",
+    "gateway/tools.py",
     "gateway/schema_guard.py",
     "gateway/providers/base.py",
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}
+# Providers import the core's vocabulary (gateway.model), never the other way.
+CORE = {name for name in PURE if not name.startswith("gateway/providers/")}
+# What the core must not load, even through another module's imports.
+SHELL_PACKAGES = {"httpx", "asyncio", "structlog", "starlette", "uvicorn", "prometheus_client"}
 EDGES = {
     "starlette": {
         "gateway/transport.py",
@@ -89,6 +98,9 @@ def test_module_respects_the_import_rules(path: Path):
     for library, allowed in EDGES.items():
         if library in tops:
             assert name in allowed, f"{library} may appear only in {sorted(allowed)}"
+    if name in CORE:
+        providers = {m for m in imports(path) if m.startswith("gateway.providers")}
+        assert not providers, f"{name} imports {providers}: the core owns its vocabulary"
     if name.startswith("client_sdk/"):
         from_gateway = {m for m in imports(path) if top(m) == "gateway"}
         assert from_gateway <= {"gateway.protocol", "gateway.errors"}, from_gateway
@@ -105,3 +117,33 @@ def test_module_declares_all(path: Path):
         if isinstance(target, ast.Name)
     }
     assert "__all__" in assigned, f"{rel(path)} has no __all__"
+
+
+def loaded_by(modules: list[str]) -> list[str]:
+    """The shell packages and provider modules in a fresh interpreter's ``sys.modules``
+    once it has imported ``modules``: what the import graph really pulls in, which the
+    rules above (a module's own import lines) cannot see."""
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        f"shell = {sorted(SHELL_PACKAGES)!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in shell\n"
+        "    or m.startswith('gateway.providers'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    found: list[str] = json.loads(done.stdout)
+    return found
+
+
+def test_importing_the_core_loads_no_shell_package_or_provider():
+    core = sorted(name.removesuffix(".py").replace("/", ".") for name in CORE)
+    assert "gateway.session" in core
+    assert loaded_by(core) == []
+
+
+def test_importing_providers_loads_no_adapter():
+    """The registry is lazy: an adapter (and httpx with it) loads when one is built."""
+    found = loaded_by(["gateway.providers", "gateway.providers.base"])
+    assert found == ["gateway.providers", "gateway.providers.base"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ConfigError, ProviderError
-from gateway.providers.base import (
+from gateway.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,

@@ -25,6 +25,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.model import ModelFinish, ModelText, ModelToolCall, ModelUsage
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
     DecodeFailure,
@@ -49,7 +50,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.providers.base import ModelFinish, ModelText, ModelToolCall, ModelUsage
 from gateway.session import Session, SessionSettings
 from gateway.tools import ToolDef, ToolRegistry
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn

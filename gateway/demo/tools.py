@@ -9,7 +9,7 @@ from typing import Annotated
 
 import msgspec
 
-from gateway.tools import Progress, tool
+from gateway.server_tool import Progress, tool
 
 __all__ = [
     "OrderQuery",

@@ -1,28 +1,56 @@
-"""Model providers behind one interface (``base.Provider``)."""
+"""Model providers behind one interface (``base.Provider``), as a lazy registry.
+
+Importing this package loads no adapter: an adapter (and httpx, asyncio with it) is
+imported only when ``create_provider`` builds a provider of its kind, so the core can
+use ``gateway.model`` without paying for every vendor.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from gateway.errors import ConfigError
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import Provider
-from gateway.providers.gemini import GeminiProvider
-from gateway.providers.http import HttpModel, HttpProvider, api_key_from_env
-from gateway.providers.openai import OpenAIProvider
-from gateway.providers.scripted import ScriptedProvider, load_scenario
+
+if TYPE_CHECKING:
+    from gateway.providers.base import Provider
+    from gateway.providers.http import HttpProvider
 
 __all__ = ["PROVIDERS", "ModelSettings", "create_provider"]
 
-# provider -> (default base URL, default API key variable)
-_HTTP_PROVIDERS = {
-    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "anthropic": ("https://api.anthropic.com", "ANTHROPIC_API_KEY"),
-    "gemini": ("https://generativelanguage.googleapis.com", "GEMINI_API_KEY"),
+
+class _HttpAdapter(NamedTuple):
+    target: str
+    """``module:class`` of the adapter, imported when first built."""
+    base_url: str
+    api_key_env: str
+
+
+_HTTP_ADAPTERS = {
+    "openai": _HttpAdapter(
+        "gateway.providers.openai:OpenAIProvider", "https://api.openai.com/v1", "OPENAI_API_KEY"
+    ),
+    "anthropic": _HttpAdapter(
+        "gateway.providers.anthropic:AnthropicProvider",
+        "https://api.anthropic.com",
+        "ANTHROPIC_API_KEY",
+    ),
+    "gemini": _HttpAdapter(
+        "gateway.providers.gemini:GeminiProvider",
+        "https://generativelanguage.googleapis.com",
+        "GEMINI_API_KEY",
+    ),
 }
-PROVIDERS = ("scripted", *_HTTP_PROVIDERS)
+PROVIDERS = ("scripted", *_HTTP_ADAPTERS)
+
+
+def _load(target: str) -> Any:
+    """The object ``module:name`` names, importing its module now."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -60,28 +88,29 @@ def create_provider(
     if settings.provider == "scripted":
         if settings.scenario is None:
             raise ConfigError("model: the scripted provider needs 'scenario' (a TOML file)")
+        # Imported here, as every adapter: importing this package must load none of them.
+        from gateway.providers.scripted import ScriptedProvider, load_scenario
+
         scenario = load_scenario(base_dir / settings.scenario)
         return ScriptedProvider(scenario, pace=pace if pace is not None else settings.pace)
-    if settings.provider not in _HTTP_PROVIDERS:
+    adapter = _HTTP_ADAPTERS.get(settings.provider)
+    if adapter is None:
         raise ConfigError(
             f"model: unknown provider {settings.provider!r}; available: {', '.join(PROVIDERS)}"
         )
     if not settings.model:
         raise ConfigError(f"model: the {settings.provider} provider needs 'model'")
-    default_url, default_key = _HTTP_PROVIDERS[settings.provider]
+    from gateway.providers.http import HttpModel, api_key_from_env
+
     http = HttpModel(
         model=settings.model,
-        base_url=settings.base_url or default_url,
-        api_key=api_key_from_env(settings.api_key_env, default_key),
+        base_url=settings.base_url or adapter.base_url,
+        api_key=api_key_from_env(settings.api_key_env, adapter.api_key_env),
         connect_timeout=settings.connect_timeout,
         stall_timeout=settings.stall_timeout,
         max_retries=settings.max_retries,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )
-    adapters: dict[str, type[HttpProvider]] = {
-        "openai": OpenAIProvider,
-        "anthropic": AnthropicProvider,
-        "gemini": GeminiProvider,
-    }
-    return adapters[settings.provider](http, tools=settings.tools)
+    adapter_class: type[HttpProvider] = _load(adapter.target)
+    return adapter_class(http, tools=settings.tools)

@@ -18,13 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import ProviderError
-from gateway.providers.base import (
-    ModelEvent,
-    ModelFinish,
-    ModelRequest,
-    ModelText,
-    ModelUsage,
-)
+from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.providers.http import (
     HttpProvider,
     json_object,

@@ -1,27 +1,20 @@
-"""The model-provider interface: a request in, a stream of model events out."""
+"""The model-provider interface: a request in, a stream of model events out.
+
+The request and the events are the core's vocabulary (``gateway.model``); this module
+holds only what is about providers: the protocol an adapter implements and what it
+can do.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from gateway.transcript import Item
+from gateway.model import ModelEvent, ModelRequest
 
-__all__ = [
-    "Capabilities",
-    "ModelEvent",
-    "ModelFinish",
-    "ModelRequest",
-    "ModelText",
-    "ModelToolCall",
-    "ModelUsage",
-    "Provider",
-    "ReportsRetries",
-    "RetryListener",
-    "ToolSchema",
-]
+__all__ = ["Capabilities", "Provider", "ReportsRetries", "RetryListener"]
 
 
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,52 +22,6 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
 
     tools: bool = True
     parallel_tool_calls: bool = True
-
-
-class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool as offered to the model."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-
-
-class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything the model gets for one step."""
-
-    instructions: str
-    items: tuple[Item, ...]
-    tools: tuple[ToolSchema, ...] = ()
-
-
-class ModelText(msgspec.Struct, frozen=True, tag="text"):
-    """A piece of the model's text, as generated."""
-
-    text: str
-
-
-class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
-    """The model asks for a tool call. ``args`` is a JSON object."""
-
-    name: str
-    args: dict[str, Any]
-    args_error: str | None = None
-    """Set when the model's arguments were not a JSON object: the call fails at once."""
-
-
-class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):
-    """The step is over. ``reason`` is the provider's finish reason, normalised."""
-
-    reason: str = "stop"
-    usage: ModelUsage | None = None
-
-
-ModelEvent = ModelText | ModelToolCall | ModelFinish
 
 
 class Provider(Protocol):

@@ -15,13 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import ProviderError
-from gateway.providers.base import (
-    ModelEvent,
-    ModelFinish,
-    ModelRequest,
-    ModelText,
-    ModelUsage,
-)
+from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.providers.http import HttpProvider, json_object, safe_call_id, tool_call
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 

@@ -26,13 +26,8 @@ import msgspec
 import structlog
 
 from gateway.errors import ProviderError
-from gateway.providers.base import (
-    Capabilities,
-    ModelEvent,
-    ModelRequest,
-    ModelToolCall,
-    RetryListener,
-)
+from gateway.model import ModelEvent, ModelRequest, ModelToolCall
+from gateway.providers.base import Capabilities, RetryListener
 
 __all__ = [
     "HttpModel",

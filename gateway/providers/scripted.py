@@ -19,8 +19,7 @@ import msgspec
 
 from gateway.config import load_toml
 from gateway.errors import ConfigError, ProviderError
-from gateway.providers.base import (
-    Capabilities,
+from gateway.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,
@@ -28,6 +27,7 @@ from gateway.providers.base import (
     ModelToolCall,
     ModelUsage,
 )
+from gateway.providers.base import Capabilities
 from gateway.transcript import (
     CANCELLED,
     PENDING,

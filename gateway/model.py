@@ -1,0 +1,71 @@
+"""What the core and a model say to each other: the request for one step, the events back.
+
+The session builds a ``ModelRequest`` from its transcript (``gateway.transcript``) and
+reads the model's answer as ``ModelEvent``s. These are the core's own words: provider
+adapters (``gateway.providers``) import them and map them to and from their vendor's
+wire format, and nothing here knows a provider exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.transcript import Item
+
+__all__ = [
+    "ModelEvent",
+    "ModelFinish",
+    "ModelRequest",
+    "ModelText",
+    "ModelToolCall",
+    "ModelUsage",
+    "ToolSchema",
+]
+
+
+class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as offered to the model."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the model gets for one step."""
+
+    instructions: str
+    items: tuple[Item, ...]
+    tools: tuple[ToolSchema, ...] = ()
+
+
+class ModelText(msgspec.Struct, frozen=True, tag="text"):
+    """A piece of the model's text, as generated."""
+
+    text: str
+
+
+class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
+    """The model asks for a tool call. ``args`` is a JSON object."""
+
+    name: str
+    args: dict[str, Any]
+    args_error: str | None = None
+    """Set when the model's arguments were not a JSON object: the call fails at once."""
+
+
+class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):
+    """The step is over. ``reason`` is the provider's finish reason, normalised."""
+
+    reason: str = "stop"
+    usage: ModelUsage | None = None
+
+
+ModelEvent = ModelText | ModelToolCall | ModelFinish

@@ -1,0 +1,159 @@
+"""Server tools: Python functions the gateway runs as tools, on the event loop.
+
+``@tool`` makes a ``ServerTool`` of a function: its input and output are msgspec
+Structs, so the JSON Schema the model sees is generated from the types and cannot
+drift from the code. The definition it builds is a ``gateway.tools.ToolDef`` like
+any other; running the function (a worker thread for plain functions, progress
+reports through the loop) is the shell's business, so it lives here, apart from
+the pure core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+import msgspec
+
+from gateway.errors import ConfigError
+from gateway.protocol import struct_schema
+from gateway.tools import Delivery, Execution, ToolDef, check_tool, default_display_name
+
+__all__ = ["Progress", "ServerTool", "tool"]
+
+
+class Progress:
+    """Passed to a tool that declares a ``Progress`` parameter: ``progress(payload)``
+    sends ``tool.status progress`` with any JSON-compatible payload. Thread-safe, so
+    plain functions running in a worker thread may call it too."""
+
+    __slots__ = ("_loop", "_report")
+
+    def __init__(self, report: Callable[[Any], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._report = report
+
+    def __call__(self, payload: Any) -> None:
+        builtins = msgspec.to_builtins(payload)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._report(builtins)
+        else:
+            self._loop.call_soon_threadsafe(self._report, builtins)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTool:
+    """A Python function the gateway runs as a tool. Build it with ``@tool``."""
+
+    definition: ToolDef
+    func: Callable[..., Any]
+    input_type: type[msgspec.Struct] | None
+    takes_progress: bool = False
+
+    async def invoke(self, args: dict[str, Any], progress: Progress | None = None) -> Any:
+        """Run the function with ``args`` (already checked against the input schema).
+
+        A plain function runs in a worker thread so it cannot block the event loop;
+        such a thread cannot be interrupted, so a timeout abandons it.
+
+        Returns:
+            The result as JSON-compatible builtins.
+        """
+        call_args: list[Any] = []
+        if self.input_type is not None:
+            call_args.append(msgspec.convert(args, self.input_type))
+        if self.takes_progress:
+            call_args.append(progress if progress is not None else Progress(lambda _: None))
+        if inspect.iscoroutinefunction(self.func):
+            result = await self.func(*call_args)
+        else:
+            result = await asyncio.to_thread(self.func, *call_args)
+        return msgspec.to_builtins(result)
+
+    def with_options(
+        self, *, timeout: float | None = None, delivery: Delivery | None = None
+    ) -> ServerTool:
+        """The same tool with its timeout or delivery replaced (agent files may tune them)."""
+        definition = self.definition
+        if timeout is not None:
+            definition = msgspec.structs.replace(definition, timeout=timeout)
+        if delivery is not None:
+            definition = msgspec.structs.replace(definition, delivery=delivery)
+        return dataclasses.replace(self, definition=definition)
+
+
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    display_name: str | None = None,
+    timeout: float | None = None,
+    execution: Execution = "sync",
+    delivery: Delivery = "when_idle",
+) -> Callable[[Callable[..., Any]], ServerTool]:
+    """Make a server tool of a function taking (at most) one msgspec Struct.
+
+    The description defaults to the docstring; schemas come from the type hints.
+    A parameter annotated ``Progress`` receives a progress reporter.
+
+    Args:
+        execution: ``sync`` runs inside the turn; ``async`` answers the model
+            ``{"status": "pending"}`` at once and delivers the result later.
+        delivery: for async tools, how the result reaches the model:
+            ``when_idle``, ``interrupt`` or ``silent`` (see docs/agents.md).
+
+    Example:
+        >>> class StockQuery(msgspec.Struct):
+        ...     product: str
+        >>> @tool(timeout=5)
+        ... def check_stock(query: StockQuery) -> StockLevel:
+        ...     "Tell whether a product is in stock."
+    """
+
+    def decorate(func: Callable[..., Any]) -> ServerTool:
+        tool_name = name or func.__name__
+        hints = get_type_hints(func)
+        params = [p for p in inspect.signature(func).parameters if hints.get(p) is not Progress]
+        takes_progress = Progress in (hints.get(p) for p in inspect.signature(func).parameters)
+        if len(params) > 1:
+            raise ConfigError(f"tool {tool_name!r}: takes one msgspec Struct argument at most")
+        input_type = hints.get(params[0]) if params else None
+        if input_type is not None and not (
+            isinstance(input_type, type) and issubclass(input_type, msgspec.Struct)
+        ):
+            raise ConfigError(f"tool {tool_name!r}: its argument must be a msgspec Struct")
+        output_type = hints.get("return")
+        output_schema = (
+            struct_schema(output_type)
+            if isinstance(output_type, type) and issubclass(output_type, msgspec.Struct)
+            else None
+        )
+        definition = ToolDef(
+            name=tool_name,
+            description=(description or inspect.getdoc(func) or "").strip(),
+            kind="server",
+            input_schema=(
+                struct_schema(input_type)
+                if input_type is not None
+                else {"type": "object", "properties": {}}
+            ),
+            output_schema=output_schema,
+            display_name=display_name or default_display_name(tool_name),
+            timeout=timeout,
+            execution=execution,
+            delivery=delivery,
+        )
+        check_tool(definition)
+        return ServerTool(
+            definition=definition, func=func, input_type=input_type, takes_progress=takes_progress
+        )
+
+    return decorate
