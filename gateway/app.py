@@ -205,6 +205,8 @@ class Runtime:
             server_tool_timeout=config.server_tool_timeout,
             principal=principal,
             schema_guard=self.schema_guard,
+            max_history_chars=config.max_history_chars,
+            max_tool_result_size=config.max_tool_result_size,
         )
         session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
         await self.store.create_session(

@@ -106,7 +106,11 @@ class Harness:
     """Drives a Session the way the driver does, and records what it sends."""
 
     def __init__(
-        self, *, model_supports_tools: bool = True, principal: Principal = ANONYMOUS
+        self,
+        *,
+        model_supports_tools: bool = True,
+        principal: Principal = ANONYMOUS,
+        **settings: Any,
     ) -> None:
         counter = itertools.count(1)
         self.session = Session(
@@ -118,6 +122,7 @@ class Harness:
                 limits=LIMITS,
                 server_tool_timeout=5.0,
                 principal=principal,
+                **settings,
             ),
             session_id="sess_1",
             resume_token="token",
