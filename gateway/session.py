@@ -264,6 +264,11 @@ class Session:
     def last_seq(self) -> int:
         return self._out.seq
 
+    @property
+    def history_size(self) -> int:
+        """The size of the transcript kept, as ``max_history_chars`` measures it."""
+        return self._history.size
+
     def open_client_calls(self, now: float) -> list[ClientCall]:
         """Client-function calls waiting for a result (offered again on resume)."""
         return self._calls.open_client_calls(now)
