@@ -104,8 +104,6 @@ class SessionSettings:
     with no limits (for trusted callers only)."""
     max_history_chars: int | None = None
     """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
-    max_tool_result_size: int | None = None
-    """Bytes of JSON a tool output or client result may have; ``None``: no limit."""
 
 
 class Phase(enum.Enum):
@@ -161,7 +159,7 @@ class Session:
             new_id=new_id,
             client_call_timeout=settings.limits.client_call_timeout,
             server_tool_timeout=settings.server_tool_timeout,
-            max_result_size=settings.max_tool_result_size,
+            max_result_size=settings.limits.max_tool_result_size,
         )
         self._history = History(settings.max_history_chars)
         self._notes: list[_Note] = []

@@ -8,6 +8,7 @@ from gateway.event import CallModel, ToolFinished
 from gateway.history import History, item_size, items_size
 from gateway.protocol import (
     Error,
+    Limits,
     ResponseDone,
     ToolCalls,
     ToolResult,
@@ -17,7 +18,7 @@ from gateway.protocol import (
 )
 from gateway.providers.base import ModelFinish, ModelText, ModelToolCall
 from gateway.transcript import AssistantTurn, ContextNote, RequestedCall, ToolOutcome, UserTurn
-from tests.test_session import Harness, lamp_call
+from tests.test_session import LIMITS, Harness, lamp_call
 
 
 def _turn(history: History, text: str, answer: str) -> None:
@@ -124,6 +125,10 @@ def test_context_notes_count_and_go_with_their_turn():
 # ----------------------------------------------------------------- in the session
 
 
+def _capped(max_tool_result_size: int) -> Limits:
+    return msgspec.structs.replace(LIMITS, max_tool_result_size=max_tool_result_size)
+
+
 def _answer(h: Harness, text: str, reply: str) -> None:
     h.feed(UserMessage(text=text))
     done = h.model(ModelText(reply), ModelFinish())[-1]
@@ -161,7 +166,7 @@ def test_a_step_after_a_tool_call_keeps_its_whole_turn():
 
 
 def test_an_oversized_client_result_fails_the_call_and_is_kept_nowhere():
-    h = Harness(max_tool_result_size=1_000)
+    h = Harness(limits=_capped(1_000))
     h.start()
     h.feed(UserMessage(text="lamp on"))
     (batch,) = h.model(lamp_call(), ModelFinish())
@@ -189,7 +194,7 @@ def test_an_oversized_client_result_fails_the_call_and_is_kept_nowhere():
 
 
 def test_an_oversized_client_error_is_refused_too():
-    h = Harness(max_tool_result_size=1_000)
+    h = Harness(limits=_capped(1_000))
     h.start()
     h.feed(UserMessage(text="lamp on"))
     (batch,) = h.model(lamp_call(), ModelFinish())
@@ -205,7 +210,7 @@ def test_an_oversized_client_error_is_refused_too():
 
 
 def test_an_oversized_server_tool_output_fails_its_call():
-    h = Harness(max_tool_result_size=1_000)
+    h = Harness(limits=_capped(1_000))
     h.start()
     h.feed(UserMessage(text="weather"))
     (running,) = h.model(ModelToolCall(name="weather", args={}), ModelFinish())
@@ -221,7 +226,7 @@ def test_an_oversized_server_tool_output_fails_its_call():
 
 
 def test_a_result_at_the_cap_is_accepted():
-    h = Harness(max_tool_result_size=len('{"ok":"xxxx"}'))
+    h = Harness(limits=_capped(len('{"ok":"xxxx"}')))
     h.start()
     h.feed(UserMessage(text="lamp on"))
     (batch,) = h.model(lamp_call(), ModelFinish())

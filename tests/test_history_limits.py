@@ -24,7 +24,9 @@ async def _answer_big(conn) -> list:  # type: ignore[no-untyped-def, type-arg]
 
 
 async def test_a_1_mib_client_result_is_refused_and_the_session_goes_on():
-    async with serving(ws_max_size=4 * MIB) as gateway, session(gateway.url) as (conn, _):
+    async with serving(ws_max_size=4 * MIB) as gateway, session(gateway.url) as (conn, created):
+        assert created.limits is not None  # the cap is told, so a client can stay inside it
+        assert created.limits.max_tool_result_size == 256 * 2**10
         events = await _answer_big(conn)
         error, status = events[0], events[1]
         assert isinstance(error, Error)

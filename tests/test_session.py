@@ -110,6 +110,7 @@ class Harness:
         *,
         model_supports_tools: bool = True,
         principal: Principal = ANONYMOUS,
+        limits: Limits = LIMITS,
         **settings: Any,
     ) -> None:
         counter = itertools.count(1)
@@ -119,7 +120,7 @@ class Harness:
                 instructions="be nice",
                 tools=TOOLS,
                 model_supports_tools=model_supports_tools,
-                limits=LIMITS,
+                limits=limits,
                 server_tool_timeout=5.0,
                 principal=principal,
                 **settings,
