@@ -201,10 +201,12 @@ class Runtime:
                 client_call_timeout=config.client_call_timeout,
                 max_messages_per_second=config.max_messages_per_second,
                 max_message_burst=config.max_message_burst,
+                max_tool_result_size=config.max_tool_result_size,
             ),
             server_tool_timeout=config.server_tool_timeout,
             principal=principal,
             schema_guard=self.schema_guard,
+            max_history_chars=config.max_history_chars,
         )
         session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
         await self.store.create_session(

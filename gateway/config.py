@@ -154,6 +154,17 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_body_size: int | None = 64 * 2**10
     """Largest HTTP request body in bytes; a larger one gets HTTP 413 and the connection
     closes. ``None`` disables the limit."""
+    max_history_chars: int | None = 200_000
+    """The history a session keeps and sends the model, in characters of text plus bytes
+    of JSON of tool arguments and outputs (instructions and tool schemas not counted).
+    Before each model request the oldest whole turns go first; a tool call is never parted
+    from its result and the turn in progress is never cut, so a turn that alone is over
+    the budget is sent whole. ``None`` disables the limit (the history grows forever)."""
+    max_tool_result_size: int | None = 256 * 2**10
+    """Largest tool output or error, in bytes of JSON: a bigger client result is refused
+    with ``error invalid_result`` and a bigger server tool output fails its call; either
+    way the model gets a short tool error and nothing of the value is kept. ``None``
+    disables the limit."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

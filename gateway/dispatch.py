@@ -47,6 +47,7 @@ class Dispatcher:
         new_id: Callable[[str], str],
         client_call_timeout: float,
         server_tool_timeout: float,
+        max_result_size: int | None = None,
     ) -> None:
         self.tools = tools
         self.ledger = Ledger()
@@ -54,6 +55,8 @@ class Dispatcher:
         self._new_id = new_id
         self._client_call_timeout = client_call_timeout
         self._server_tool_timeout = server_tool_timeout
+        self._max_result_size = max_result_size
+        """Bytes of JSON an output or error may have; a bigger one fails its call unstored."""
 
     # ----------------------------------------------------------------- dispatch
 
@@ -154,6 +157,18 @@ class Dispatcher:
                 call_id=call.call_id,
             )
             return
+        value = result.error if isinstance(result.error, str) else result.output
+        if size := self._oversize(value):
+            # Refused whole: neither the ledger nor the transcript ever holds it.
+            self._out.error(
+                "invalid_result",
+                f"the result has {size} bytes of JSON; the limit (max_tool_result_size)"
+                f" is {self._max_result_size}",
+                in_reply_to=msg_id,
+                call_id=call.call_id,
+            )
+            self._settle(call, CallState.FAILED, error=self._too_large_reason("result", size))
+            return
         if isinstance(result.error, str):
             self._settle(call, CallState.FAILED, error=result.error)
             return
@@ -169,7 +184,9 @@ class Dispatcher:
         call = self.ledger.get(event.call_id)
         if call is None or call.settled:
             return None  # finished after a cancel or a timeout: already settled
-        if event.error is not None:
+        if size := self._oversize(event.error if event.error is not None else event.output):
+            self._settle(call, CallState.FAILED, error=self._too_large_reason("output", size))
+        elif event.error is not None:
             self._settle(call, CallState.FAILED, error=event.error)
         elif problem := self._output_problem(call, event.output):
             self._settle(call, CallState.FAILED, error=problem)
@@ -229,6 +246,21 @@ class Dispatcher:
         )
 
     # ----------------------------------------------------------------- helpers
+
+    def _oversize(self, value: Any) -> int | None:
+        """The bytes of JSON of ``value`` (an output, or an error's text) when over the cap."""
+        limit = self._max_result_size
+        if limit is None:
+            return None
+        try:
+            size = len(msgspec.json.encode(value))
+        except (TypeError, msgspec.EncodeError):
+            return None  # not JSON: the provider reports it; its size is not ours to judge
+        return size if size > limit else None
+
+    def _too_large_reason(self, what: str, size: int) -> str:
+        """The short error the model and the ``tool.status`` get for an oversized value."""
+        return f"{what} too large: {size} bytes of JSON, the limit is {self._max_result_size}"
 
     def _output_problem(self, call: Call, output: Any) -> str | None:
         entry = self.tools.get(call.tool)

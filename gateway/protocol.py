@@ -235,6 +235,9 @@ class Limits(msgspec.Struct, kw_only=True):
     sent after the previous ``pong`` is free."""
     max_message_burst: int | None = None
     """Frames the socket may send at once above that rate."""
+    max_tool_result_size: int | None = None
+    """Bytes of JSON a client result's ``output`` or ``error`` may have (``None``: no
+    limit); a larger one gets ``error invalid_result`` and fails its call."""
 
 
 class SessionCreated(ServerMsg, tag="session.created"):

@@ -33,6 +33,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.history import History
 from gateway.model import (
     ModelEvent,
     ModelFinish,
@@ -76,7 +77,6 @@ from gateway.transcript import (
     CANCELLED,
     AssistantTurn,
     ContextNote,
-    Item,
     RequestedCall,
     UserTurn,
 )
@@ -102,6 +102,8 @@ class SessionSettings:
     schema_guard: SchemaGuard | None = None
     """Limits and cache for the schemas of client functions; ``None`` checks them in full
     with no limits (for trusted callers only)."""
+    max_history_chars: int | None = None
+    """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
 
 
 class Phase(enum.Enum):
@@ -157,8 +159,9 @@ class Session:
             new_id=new_id,
             client_call_timeout=settings.limits.client_call_timeout,
             server_tool_timeout=settings.server_tool_timeout,
+            max_result_size=settings.limits.max_tool_result_size,
         )
-        self._items: list[Item] = []
+        self._history = History(settings.max_history_chars)
         self._notes: list[_Note] = []
         self._queue: deque[UserMessage] = deque()
         self._message_ids: dict[str, None] = {}
@@ -259,6 +262,11 @@ class Session:
     def last_seq(self) -> int:
         return self._out.seq
 
+    @property
+    def history_size(self) -> int:
+        """The size of the transcript kept, as ``max_history_chars`` measures it."""
+        return self._history.size
+
     def open_client_calls(self, now: float) -> list[ClientCall]:
         """Client-function calls waiting for a result (offered again on resume)."""
         return self._calls.open_client_calls(now)
@@ -269,7 +277,7 @@ class Session:
             TranscriptEntry(
                 role="user" if isinstance(item, UserTurn) else "assistant", text=item.text
             )
-            for item in self._items
+            for item in self._history.items
             if isinstance(item, UserTurn) or (isinstance(item, AssistantTurn) and item.text)
         ]
         return SessionSnapshot(
@@ -436,15 +444,17 @@ class Session:
             del self._message_ids[next(iter(self._message_ids))]
 
     def _start_response(self, msg: UserMessage) -> None:
+        self._history.begin_turn()
         # Context that arrived before the user spoke goes before their words.
         self._flush_notes()
-        self._items.append(UserTurn(text=msg.text))
+        self._history.append(UserTurn(text=msg.text))
         self._response = _Response(response_id=self._new_id("resp"))
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
         self._start_step(self._response)
 
     def _start_completion_response(self, call_id: str) -> None:
         """A response nobody asked for: the model tells the user an async result."""
+        self._history.begin_turn()
         self._response = _Response(response_id=self._new_id("resp"))
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
         self._start_step(self._response)
@@ -458,13 +468,14 @@ class Session:
 
     def _start_step(self, response: _Response) -> None:
         self._flush_notes()
+        self._history.trim()  # never the turn in progress: this response's
         response.steps += 1
         response.step_id = self._new_id("step")
         response.text = []
         response.requested = []
         request = ModelRequest(
             instructions=self._instructions,
-            items=tuple(self._items),
+            items=self._history.items,
             tools=tuple(
                 ToolSchema(name=d.name, description=d.description, input_schema=d.input_schema)
                 for d in self._calls.tools.definitions()
@@ -502,7 +513,7 @@ class Session:
         if response.step_id is not None:
             self._out.do(CancelModel(response.step_id))
             if response.text:
-                self._items.append(AssistantTurn(text="".join(response.text)))
+                self._history.append(AssistantTurn(text="".join(response.text)))
             response.step_id = None
         # Async calls that are pending outlive the response; the rest stop now.
         for call in response.calls:
@@ -525,7 +536,7 @@ class Session:
         # when_idle with a response running: the note joins its next model step.
 
     def _flush_notes(self) -> None:
-        self._items.extend(pending.note for pending in self._notes)
+        self._history.extend([pending.note for pending in self._notes])
         self._notes.clear()
 
     # ----------------------------------------------------------------- model
@@ -552,7 +563,7 @@ class Session:
             return
         streamed = bool(response.text)
         if streamed:
-            self._items.append(AssistantTurn(text="".join(response.text)))
+            self._history.append(AssistantTurn(text="".join(response.text)))
         response.step_id = None
         self._out.error(
             "provider_error",
@@ -568,7 +579,7 @@ class Session:
         response.step_id = None
         if response.requested and response.steps >= self._settings.limits.max_steps:
             # No step is left to use their results, so the calls are not run at all.
-            self._items.append(AssistantTurn(text=text))
+            self._history.append(AssistantTurn(text=text))
             if text:
                 self._out.send(TextDone(response_id=response.response_id, text=text))
             self._out.error(
@@ -581,13 +592,13 @@ class Session:
         if text:
             self._out.send(TextDone(response_id=response.response_id, text=text))
         if not response.requested:
-            self._items.append(AssistantTurn(text=text))
+            self._history.append(AssistantTurn(text=text))
             self._end_response("completed")
             return
         response.calls = self._calls.start(
             response.requested, response_id=response.response_id, now=self._now
         )
-        self._items.append(
+        self._history.append(
             AssistantTurn(
                 text=text,
                 calls=tuple(
@@ -607,7 +618,7 @@ class Session:
             self._start_step(response)
 
     def _record_outcomes(self, response: _Response) -> None:
-        self._items.extend(self._calls.outcome(call) for call in response.calls)
+        self._history.extend([self._calls.outcome(call) for call in response.calls])
         response.calls = []
 
 

@@ -299,7 +299,8 @@ class _Reader:
                     continue
                 if isinstance(peeked, Ping):
                     self._conn.pongs_owed += 1
-                self._refused_in_a_row = 0
+                if not free:  # a free ping between refused frames does not end a flood
+                    self._refused_in_a_row = 0
                 if peeked is None:
                     peeked = _BINARY if text is None else decode_client(text)
                 self._queue.put_nowait(peeked)

@@ -233,6 +233,32 @@ async def test_pings_that_wait_for_their_pong_are_never_rate_limited():
     assert {e.code for e in refused} == {"rate_limited"}
 
 
+async def test_a_flood_in_bursts_that_wait_for_their_pongs_is_closed_too():
+    # Each burst starts with a free ping (no pong owed): that must not reset the count of
+    # refused frames, or such a client would be rate limited forever and never closed.
+    async with running_gateway(max_messages_per_second=50.0, max_message_burst=20) as url:
+        async with session(url) as (conn, _):
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ping_in_bursts(conn, bursts=50)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, "message flood")
+
+
+async def ping_in_bursts(conn: Connection, bursts: int) -> None:
+    """Bursts of ten pings, each burst waiting for the answer to its last ping."""
+    for burst in range(bursts):
+        for i in range(10):
+            await conn.send(Ping(ts=float(i), id=f"b{burst}-{i}"))
+        last = f"b{burst}-9"
+        # Its answer: the pong, or the error refusing it.
+        await conn.recv_until(
+            lambda e, last=last: (
+                (isinstance(e, Pong) and e.ts == 9.0)
+                or (isinstance(e, Error) and e.in_reply_to == last)
+            )
+        )
+
+
 async def keep_flooding(url: str, stop: asyncio.Event) -> list[tuple[list[Error], Any]]:
     """One flooding session after another, until ``stop``."""
     results = []

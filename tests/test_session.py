@@ -106,7 +106,12 @@ class Harness:
     """Drives a Session the way the driver does, and records what it sends."""
 
     def __init__(
-        self, *, model_supports_tools: bool = True, principal: Principal = ANONYMOUS
+        self,
+        *,
+        model_supports_tools: bool = True,
+        principal: Principal = ANONYMOUS,
+        limits: Limits = LIMITS,
+        **settings: Any,
     ) -> None:
         counter = itertools.count(1)
         self.session = Session(
@@ -115,9 +120,10 @@ class Harness:
                 instructions="be nice",
                 tools=TOOLS,
                 model_supports_tools=model_supports_tools,
-                limits=LIMITS,
+                limits=limits,
                 server_tool_timeout=5.0,
                 principal=principal,
+                **settings,
             ),
             session_id="sess_1",
             resume_token="token",

@@ -69,6 +69,8 @@
  * @property {number} [max_messages_per_second] Frames per second the socket may send on
  *   average (absent: no limit); a ping sent after the previous pong is free.
  * @property {number} [max_message_burst] Frames the socket may send at once above that rate.
+ * @property {number} [max_tool_result_size] Bytes of JSON a result's output or error may
+ *   have (absent: no limit); a larger one gets error invalid_result and fails its call.
  */
 
 /**
