@@ -60,6 +60,11 @@ __all__ = ["Driver"]
 log = structlog.get_logger("gateway.driver")
 
 
+_YIELD_EVERY = 32
+"""A session applies at most this many waiting events in a row before it lets the event
+loop run the others (one ``sleep(0)``: a few µs, every 32 events)."""
+
+
 class _Attach(msgspec.Struct, frozen=True):
     conn: Connection
     last_seq: int | None
@@ -124,6 +129,10 @@ class Driver:
         self._clock = clock
         self._check_schemas = check_schemas
         self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
+        self._ticked_for: float | None = None
+        """The passed deadline last given a ``Tick`` ahead of waiting events."""
+        self._unyielded = 0
+        """Events taken in a row without letting the loop run (see ``_next_event``)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
         self._observers: tuple[SessionObserver, ...] = (
@@ -206,10 +215,24 @@ class Driver:
 
     async def _next_event(self) -> Event | _DriverEvent:
         expiry = self._expiry()
-        deadline = min(
-            (d for d in (self.session.next_deadline(), expiry) if d is not None), default=None
-        )
-        if deadline is None or not self._events.empty():
+        due = self.session.next_deadline()
+        if not self._events.empty():
+            # A busy session (a fast stream, a chatty client) always has an event waiting,
+            # and taking one from a queue that has one never lets the loop run: hand the
+            # loop over now and then, or every other session and timer waits for this one.
+            self._unyielded += 1
+            if self._unyielded >= _YIELD_EVERY:
+                self._unyielded = 0
+                await asyncio.sleep(0)
+            # A deadline that has passed goes first, or it would wait for a quiet moment.
+            # Once per deadline: should the core keep a passed one, events still flow.
+            if due is not None and due != self._ticked_for and self._clock() >= due:
+                self._ticked_for = due
+                return Tick()
+            return self._events.get_nowait()
+        self._unyielded = 0
+        deadline = min((d for d in (due, expiry) if d is not None), default=None)
+        if deadline is None:
             return await self._events.get()
         try:
             async with asyncio.timeout(max(0.0, deadline - self._clock())):
