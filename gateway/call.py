@@ -39,6 +39,10 @@ _ALLOWED: dict[CallState, frozenset[CallState]] = {
 }
 
 
+_KEPT_ERROR_CHARS = 512
+"""Characters of a settled call's error kept in the ledger (see ``Call.slim``)."""
+
+
 class IllegalTransition(RuntimeError):
     """A bug: something tried to move a call along an edge the lifecycle lacks."""
 
@@ -75,6 +79,16 @@ class Call(msgspec.Struct, kw_only=True):
         """
         return self.state in (CallState.REQUESTED, CallState.RUNNING)
 
+    def slim(self) -> None:
+        """Forget what a settled call no longer needs once the model has its outcome:
+        its arguments and output (the transcript has them, within its budget). What a
+        repeated result is answered with (tool, state, a short error) stays, so that the
+        ledger's memory is bounded by its count of calls, not by their payloads."""
+        assert self.settled
+        self.args, self.output = {}, None
+        if self.error is not None and len(self.error) > _KEPT_ERROR_CHARS:
+            self.error = self.error[:_KEPT_ERROR_CHARS] + "..."
+
     def advance(self, state: CallState) -> None:
         """Move to ``state``.
 
@@ -107,6 +121,20 @@ class Ledger:
             oldest = [c.call_id for c in self._calls.values() if c.settled][:excess]
             for call_id in oldest:
                 del self._calls[call_id]
+
+    def calls(self) -> list[Call]:
+        """Every call kept, oldest first (open ones and recent settled ones)."""
+        return list(self._calls.values())
+
+    @classmethod
+    def restore(cls, calls: list[Call], max_calls: int = 1_000) -> Ledger:
+        """The ledger ``calls()`` returned (from a ``SessionState``)."""
+        ledger = cls(max_calls)
+        for call in calls:
+            ledger._calls[call.call_id] = call
+            if not call.settled:
+                ledger._open[call.call_id] = call
+        return ledger
 
     def get(self, call_id: str) -> Call | None:
         return self._calls.get(call_id)

@@ -37,6 +37,7 @@ ErrorCode = Literal[
     "resume_gap",
     "session_expired",
     "max_steps_exceeded",
+    "response_interrupted",
     "internal",
 ]
 

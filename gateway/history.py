@@ -54,6 +54,19 @@ class History:
     def turns(self) -> int:
         return len(self._turn_starts)
 
+    @property
+    def turn_starts(self) -> list[int]:
+        """Where each turn starts in ``items``, oldest first (a copy)."""
+        return list(self._turn_starts)
+
+    @classmethod
+    def restore(cls, max_chars: int | None, items: list[Item], turn_starts: list[int]) -> History:
+        """The history ``items`` and ``turn_starts`` describe (a ``SessionState``'s)."""
+        history = cls(max_chars)
+        history.extend(items)
+        history._turn_starts = list(turn_starts)
+        return history
+
     def begin_turn(self) -> None:
         """Items appended from now on belong to a new turn (the turn in progress)."""
         if not self._turn_starts or self._turn_starts[-1] != len(self._items):

@@ -11,13 +11,13 @@ delivery of async results); ``dispatch`` owns the tool calls.
 
 from __future__ import annotations
 
-import enum
+import dataclasses
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from gateway.call import Call
+from gateway.call import Ledger
 from gateway.dispatch import Completion, Dispatcher
 from gateway.errors import ConfigError
 from gateway.event import (
@@ -68,10 +68,10 @@ from gateway.protocol import (
     ToolResults,
     ToolSpec,
     TranscriptEntry,
-    Usage,
     UserMessage,
 )
 from gateway.schema_guard import SchemaGuard
+from gateway.state import PendingNote, Phase, ResponseState, SessionState
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 from gateway.transcript import (
     CANCELLED,
@@ -106,33 +106,6 @@ class SessionSettings:
     """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
 
 
-class Phase(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-@dataclass
-class _Response:
-    response_id: str
-    steps: int = 0
-    step_id: str | None = None
-    """The model step streaming now, if any."""
-    text: list[str] = field(default_factory=list)
-    requested: list[ModelToolCall] = field(default_factory=list)
-    calls: list[Call] = field(default_factory=list)
-    """Calls of the latest step; the next step starts when none of them blocks."""
-    usage: Usage = field(default_factory=Usage)
-
-
-@dataclass(frozen=True, slots=True)
-class _Note:
-    """Context waiting for the model's next step; ``announce`` makes it start a response."""
-
-    note: ContextNote
-    announce: bool
-
-
 class Session:
     """One conversation's protocol state. See the module docstring."""
 
@@ -162,12 +135,70 @@ class Session:
             max_result_size=settings.limits.max_tool_result_size,
         )
         self._history = History(settings.max_history_chars)
-        self._notes: list[_Note] = []
+        self._notes: list[PendingNote] = []
         self._queue: deque[UserMessage] = deque()
         self._message_ids: dict[str, None] = {}
         """Ids of recent user messages, oldest first (a dict keeps insertion order)."""
-        self._response: _Response | None = None
+        self._response: ResponseState | None = None
+        self._client_specs: list[ToolSpec] = []
+        """The client's own functions, as accepted (kept in the state)."""
         self._now = 0.0
+
+    @classmethod
+    def restore(
+        cls, settings: SessionSettings, state: SessionState, *, new_id: Callable[[str], str]
+    ) -> Session:
+        """Carry on a session from its ``state()``, in this process or another.
+
+        The session belongs to the principal the state names (``settings.principal`` is
+        replaced by it); the agent's tools and the limits come from ``settings``.
+
+        Raises:
+            ConfigError: the state's client functions do not pass this gateway's schema
+                limits (they changed since the session declared them).
+        """
+        settings = dataclasses.replace(settings, principal=state.principal)
+        session = cls(settings, session_id=state.session_id, resume_token="", new_id=new_id)
+        session._phase = state.phase
+        session._instructions = state.instructions
+        session.metadata = state.metadata
+        session._client_specs = state.client_functions
+        session._calls.tools = session._registry(state.client_functions)
+        session._calls.ledger = Ledger.restore(state.calls)
+        session._out.seq = state.seq
+        session._history = History.restore(
+            settings.max_history_chars, state.history, state.turn_starts
+        )
+        session._notes = list(state.notes)
+        session._queue = deque(state.queue)
+        session._message_ids = dict.fromkeys(state.message_ids)
+        response = state.response
+        if response is not None:
+            # The response's calls are the ledger's: one object per call, as before.
+            ledger = session._calls.ledger
+            response.calls = [ledger.get(call.call_id) or call for call in response.calls]
+        session._response = response
+        return session
+
+    def state(self) -> SessionState:
+        """Everything this session is, as one value (it shares this session's objects:
+        encode it before the next ``receive``)."""
+        return SessionState(
+            session_id=self.session_id,
+            phase=self._phase,
+            principal=self._settings.principal,
+            instructions=self._instructions,
+            client_functions=self._client_specs,
+            metadata=self.metadata,
+            seq=self._out.seq,
+            history=list(self._history.items),
+            turn_starts=self._history.turn_starts,
+            notes=list(self._notes),
+            queue=list(self._queue),
+            message_ids=list(self._message_ids),
+            response=self._response,
+            calls=self._calls.ledger.calls(),
+        )
 
     # ----------------------------------------------------------------- public
 
@@ -241,6 +272,22 @@ class Session:
                     self._deliver(completion)
                 self._advance_if_step_settled()
 
+    def adopt(self, now: float) -> None:
+        """Carry on after the node that drove this session stopped (its state was
+        restored here). The model step that node was streaming is lost: it runs again,
+        and the text the client already has is not sent twice (when the new attempt
+        says something else, the response ends ``incomplete`` with
+        ``response_interrupted``). Calls keep their state: a server tool that was
+        running elsewhere settles when its outcome is routed here, or at its deadline.
+        """
+        self._now = now
+        response = self._response
+        if self._phase is not Phase.OPEN or response is None or response.step_id is None:
+            return
+        self._out.do(CancelModel(response.step_id))  # in case it still runs here
+        response.unconfirmed = _seen_text(response)
+        self._start_step(response, again=True)
+
     def effects(self) -> list[Effect]:
         """Take the effects produced since the last call, in order."""
         return self._out.take()
@@ -300,10 +347,11 @@ class Session:
                 "invalid_message", f"unknown agent {msg.agent[:64]!r}", in_reply_to=msg.id
             )
             return
-        tools = self._tools_with(msg.client_functions, msg.id)
-        if tools is None:
+        accepted = self._tools_with(msg.client_functions, msg.id)
+        if accepted is None:
             return
-        self._calls.tools = tools
+        self._calls.tools, self._client_specs = accepted
+        tools = self._calls.tools
         if msg.instructions:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
         self._phase = Phase.OPEN
@@ -322,16 +370,19 @@ class Session:
     def _update_session(self, msg: SessionUpdate) -> None:
         """Replace the client's own functions and/or extra instructions mid-session."""
         if msg.client_functions is not None:
-            tools = self._tools_with(msg.client_functions, msg.id)
-            if tools is None:
+            accepted = self._tools_with(msg.client_functions, msg.id)
+            if accepted is None:
                 return
-            self._calls.tools = tools
+            self._calls.tools, self._client_specs = accepted
         if msg.instructions is not None:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
         self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
 
-    def _tools_with(self, specs: list[ToolSpec], msg_id: str | None) -> ToolRegistry | None:
-        """The agent's tools plus the client's functions, or ``None`` after an error.
+    def _tools_with(
+        self, specs: list[ToolSpec], msg_id: str | None
+    ) -> tuple[ToolRegistry, list[ToolSpec]] | None:
+        """The agent's tools plus the client's functions, and the client's own functions
+        among ``specs``; ``None`` after an error.
 
         A client may declare a function the agent already declares as a client
         function: it says it implements it, and the agent's declaration stands.
@@ -339,6 +390,24 @@ class Session:
         specs = self._own(specs)
         if not self._allowed(specs, msg_id):
             return None
+        try:
+            tools = self._registry(specs)
+        except ConfigError as exc:
+            self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
+            return None
+        if len(tools) and not self._settings.model_supports_tools:
+            self._out.error(
+                "invalid_message", "this agent's model cannot call tools", in_reply_to=msg_id
+            )
+            return None
+        return tools, specs
+
+    def _registry(self, own_specs: list[ToolSpec]) -> ToolRegistry:
+        """The agent's tools plus the client's own functions.
+
+        Raises:
+            ConfigError: a client function is invalid (its name, its schemas).
+        """
         client_defs = [
             ToolDef(
                 name=spec.name,
@@ -349,19 +418,9 @@ class Session:
                 display_name=spec.display_name or default_display_name(spec.name),
                 timeout=spec.timeout,
             )
-            for spec in specs
+            for spec in own_specs
         ]
-        try:
-            tools = self._settings.tools.extended(client_defs, self._settings.schema_guard)
-        except ConfigError as exc:
-            self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
-            return None
-        if len(tools) and not self._settings.model_supports_tools:
-            self._out.error(
-                "invalid_message", "this agent's model cannot call tools", in_reply_to=msg_id
-            )
-            return None
-        return tools
+        return self._settings.tools.extended(client_defs, self._settings.schema_guard)
 
     def _allowed(self, specs: list[ToolSpec], msg_id: str | None) -> bool:
         """Whether the principal may declare these client functions (the agent's own
@@ -448,14 +507,14 @@ class Session:
         # Context that arrived before the user spoke goes before their words.
         self._flush_notes()
         self._history.append(UserTurn(text=msg.text))
-        self._response = _Response(response_id=self._new_id("resp"))
+        self._response = ResponseState(response_id=self._new_id("resp"))
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
         self._start_step(self._response)
 
     def _start_completion_response(self, call_id: str) -> None:
         """A response nobody asked for: the model tells the user an async result."""
         self._history.begin_turn()
-        self._response = _Response(response_id=self._new_id("resp"))
+        self._response = ResponseState(response_id=self._new_id("resp"))
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
         self._start_step(self._response)
 
@@ -466,10 +525,13 @@ class Session:
         elif announced := [n for n in self._notes if n.announce]:
             self._start_completion_response(announced[0].note.call_id or "")
 
-    def _start_step(self, response: _Response) -> None:
+    def _start_step(self, response: ResponseState, *, again: bool = False) -> None:
+        """Ask the model for the next step of ``response`` (``again``: the same step,
+        whose stream was lost)."""
         self._flush_notes()
         self._history.trim()  # never the turn in progress: this response's
-        response.steps += 1
+        if not again:
+            response.steps += 1
         response.step_id = self._new_id("step")
         response.text = []
         response.requested = []
@@ -512,8 +574,8 @@ class Session:
             return
         if response.step_id is not None:
             self._out.do(CancelModel(response.step_id))
-            if response.text:
-                self._history.append(AssistantTurn(text="".join(response.text)))
+            if seen := _seen_text(response):
+                self._history.append(AssistantTurn(text=seen))
             response.step_id = None
         # Async calls that are pending outlive the response; the rest stop now.
         for call in response.calls:
@@ -526,7 +588,8 @@ class Session:
         """Give an async call's outcome to the model, as its ``delivery`` says."""
         call = completion.call
         note = ContextNote(text=completion.note, call_id=call.call_id)
-        self._notes.append(_Note(note=note, announce=call.delivery != "silent"))
+        call.slim()  # the note has the outcome now
+        self._notes.append(PendingNote(note=note, announce=call.delivery != "silent"))
         if call.delivery == "silent":
             return
         if call.delivery == "interrupt" and self._response is not None:
@@ -547,8 +610,12 @@ class Session:
             return  # output of a cancelled step: dropped, never sent
         match event:
             case ModelText(text=text) if text:
+                unsent = self._confirm(response, text) if response.unconfirmed else text
+                if unsent is None:
+                    return
                 response.text.append(text)
-                self._out.send(TextDelta(response_id=response.response_id, delta=text))
+                if unsent:
+                    self._out.send(TextDelta(response_id=response.response_id, delta=unsent))
             case ModelToolCall():
                 response.requested.append(event)
             case ModelFinish(usage=usage):
@@ -561,9 +628,10 @@ class Session:
         response = self._response
         if response is None or response.step_id != event.step_id:
             return
-        streamed = bool(response.text)
+        seen = _seen_text(response)
+        streamed = bool(seen)
         if streamed:
-            self._history.append(AssistantTurn(text="".join(response.text)))
+            self._history.append(AssistantTurn(text=seen))
         response.step_id = None
         self._out.error(
             "provider_error",
@@ -574,7 +642,37 @@ class Session:
         # Cut after text reached the user: incomplete; nothing said at all: failed.
         self._end_response("incomplete" if streamed else "failed")
 
-    def _finish_step(self, response: _Response) -> None:
+    def _confirm(self, response: ResponseState, text: str) -> str | None:
+        """The part of ``text`` (from a step run again) the client does not have yet; or
+        ``None`` when it contradicts what the client has (the response then ends)."""
+        unconfirmed = response.unconfirmed
+        common = min(len(unconfirmed), len(text))
+        if text[:common] != unconfirmed[:common]:
+            self._interrupted(response)
+            return None
+        response.unconfirmed = unconfirmed[common:]
+        return text[common:]
+
+    def _interrupted(self, response: ResponseState) -> None:
+        """A step run again after its node stopped did not say what the client already
+        has: end the response with what the client saw."""
+        assert response.step_id is not None
+        self._out.do(CancelModel(response.step_id))
+        self._history.append(AssistantTurn(text=_seen_text(response)))
+        response.step_id = None
+        self._out.error(
+            "response_interrupted",
+            "the gateway node running this response stopped, and the model's new attempt"
+            " did not continue the text already sent",
+            retryable=True,
+            response_id=response.response_id,
+        )
+        self._end_response("incomplete")
+
+    def _finish_step(self, response: ResponseState) -> None:
+        if response.unconfirmed:  # the new attempt said less than the client has
+            self._interrupted(response)
+            return
         text = "".join(response.text)
         response.step_id = None
         if response.requested and response.steps >= self._settings.limits.max_steps:
@@ -617,8 +715,11 @@ class Session:
             self._record_outcomes(response)
             self._start_step(response)
 
-    def _record_outcomes(self, response: _Response) -> None:
+    def _record_outcomes(self, response: ResponseState) -> None:
         self._history.extend([self._calls.outcome(call) for call in response.calls])
+        for call in response.calls:
+            if call.settled:
+                call.slim()
         response.calls = []
 
 
@@ -634,6 +735,11 @@ def _tool_infos(tools: ToolRegistry) -> list[ToolInfo]:
         )
         for d in tools.definitions()
     ]
+
+
+def _seen_text(response: ResponseState) -> str:
+    """The text of the current step the client has."""
+    return "".join(response.text) + response.unconfirmed
 
 
 def _id_of(event: Event) -> str | None:

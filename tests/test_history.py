@@ -18,7 +18,7 @@ from gateway.protocol import (
     UserMessage,
 )
 from gateway.transcript import AssistantTurn, ContextNote, RequestedCall, ToolOutcome, UserTurn
-from tests.test_session import LIMITS, Harness, lamp_call
+from tests.test_session import LIMITS, Harness, lamp_call, persisted  # noqa: F401
 
 
 def _turn(history: History, text: str, answer: str) -> None:

@@ -51,6 +51,7 @@ from gateway.protocol import (
     UserMessage,
 )
 from gateway.session import Session, SessionSettings
+from gateway.state import decode_state, encode_state
 from gateway.tools import ToolDef, ToolRegistry
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
@@ -103,7 +104,14 @@ TOOLS = ToolRegistry(
 
 
 class Harness:
-    """Drives a Session the way the driver does, and records what it sends."""
+    """Drives a Session the way the driver does, and records what it sends.
+
+    With ``round_trip`` (every test runs both ways, see ``persisted``), the session is
+    persisted and restored after every event, as a store and another node would: each
+    test then checks that a restored session carries on exactly like the original.
+    """
+
+    round_trip = False
 
     def __init__(
         self,
@@ -114,20 +122,19 @@ class Harness:
         **settings: Any,
     ) -> None:
         counter = itertools.count(1)
+        self.settings = SessionSettings(
+            agent="test",
+            instructions="be nice",
+            tools=TOOLS,
+            model_supports_tools=model_supports_tools,
+            limits=limits,
+            server_tool_timeout=5.0,
+            principal=principal,
+            **settings,
+        )
+        self.new_id = lambda prefix: f"{prefix}_{next(counter)}"
         self.session = Session(
-            SessionSettings(
-                agent="test",
-                instructions="be nice",
-                tools=TOOLS,
-                model_supports_tools=model_supports_tools,
-                limits=limits,
-                server_tool_timeout=5.0,
-                principal=principal,
-                **settings,
-            ),
-            session_id="sess_1",
-            resume_token="token",
-            new_id=lambda prefix: f"{prefix}_{next(counter)}",
+            self.settings, session_id="sess_1", resume_token="token", new_id=self.new_id
         )
         self.now = 1000.0
         self.sent: list[ServerMsg] = []
@@ -145,6 +152,9 @@ class Harness:
             else:
                 self.other.append(effect)
         self.sent += sent
+        if self.round_trip:
+            state = decode_state(encode_state(self.session.state()))
+            self.session = Session.restore(self.settings, state, new_id=self.new_id)
         return sent
 
     def start(self, **kwargs: Any) -> SessionCreated:
@@ -161,6 +171,12 @@ class Harness:
         for event in events:
             out += self.feed(ModelOutput(step, event))
         return out
+
+
+@pytest.fixture(autouse=True, params=["live", "persisted"])
+def persisted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run each test on a live session, and on one persisted and restored at every step."""
+    monkeypatch.setattr(Harness, "round_trip", request.param == "persisted")
 
 
 def lamp_call(on: Any = True) -> ModelToolCall:
