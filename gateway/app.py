@@ -28,7 +28,7 @@ from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
 from gateway.connection import Abort, Connection, Socket
 from gateway.driver import Driver
-from gateway.errors import CloseCode
+from gateway.errors import CloseCode, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
 from gateway.origin import OriginGuard, OriginPolicy
@@ -170,8 +170,11 @@ class Runtime:
 
         Raises:
             TooManySessions: the principal holds ``max_sessions_per_principal`` sessions
-                (4029), or the gateway holds ``max_sessions`` (1013).
+                (4029), the gateway holds ``max_sessions`` (1013), or it is shutting down
+                (1012: a shutdown stops what it accepted, so it accepts nothing new).
         """
+        if self.closing:
+            raise _shutting_down()
         if isinstance(principal, str):
             principal = (
                 ANONYMOUS
@@ -218,6 +221,9 @@ class Runtime:
                 principal=principal.name,
             )
         )
+        if self.closing:  # began while the store was writing: shutdown has its list already
+            await self.store.end_session(session.session_id)
+            raise _shutting_down()
         driver = Driver(
             session,
             provider=self.agent.provider,
@@ -276,28 +282,40 @@ class Runtime:
                 log.info("session_ended")
 
     async def shutdown(self, grace: float) -> None:
-        """Graceful stop: refuse new sockets, let running responses finish for up to
-        ``grace`` seconds, then cut them and close every socket with 1012."""
+        """Graceful stop: refuse new sockets and sessions, let running responses finish for
+        up to ``grace`` seconds, then cut them and close every socket with 1012.
+
+        Every session live at any moment until this returns is stopped, including one that
+        started (or was taken over from another node) during the grace period.
+        """
         self.closing = True
-        drivers = list(self.drivers.values())
-        log.info("shutdown_started", sessions=len(drivers), grace=grace)
+        log.info("shutdown_started", sessions=len(self.drivers), grace=grace)
         try:
             async with asyncio.timeout(grace):
-                await asyncio.gather(*(d.quiet.wait() for d in drivers))
+                await asyncio.gather(*(d.quiet.wait() for d in list(self.drivers.values())))
         except TimeoutError:
             log.warning("shutdown_cutting_responses")
-        for driver in drivers:
-            driver.stop()
-        runs = list(self._runs.values())
-        await asyncio.gather(*runs, return_exceptions=True)
-        closing = [d.connection.done.wait() for d in drivers if d.connection is not None]
+        stopped: list[Driver] = []
+        while self._runs:  # until none is left: one may have started while others stopped
+            drivers = list(self.drivers.values())
+            for driver in drivers:
+                driver.stop()
+            stopped += drivers
+            await asyncio.gather(*list(self._runs.values()), return_exceptions=True)
+        closing = [d.connection.done.wait() for d in stopped if d.connection is not None]
         try:
             async with asyncio.timeout(5.0):
                 await asyncio.gather(*closing)
         except TimeoutError:
             log.warning("shutdown_sockets_not_closed")
         await self.agent.provider.aclose()
-        log.info("shutdown_finished")
+        log.info("shutdown_finished", sessions=len(stopped))
+
+
+def _shutting_down() -> TooManySessions:
+    return TooManySessions(
+        "shutting down", close_code=CloseCode.SERVICE_RESTART, label="shutting_down"
+    )
 
 
 def agent_from_config(config: Config) -> Agent:

@@ -69,6 +69,9 @@ class _Attach(msgspec.Struct, frozen=True):
     conn: Connection
     last_seq: int | None
     """``None`` for a new session; the client's cursor for a resume."""
+    accepted: asyncio.Future[bool]
+    """Resolved by the session's loop: ``True`` once it took the socket, ``False`` when the
+    session ended first."""
 
 
 class _Detach(msgspec.Struct, frozen=True):
@@ -139,6 +142,8 @@ class Driver:
             tuple(observers) if observers is not None else (LogObserver(lambda: session.metadata),)
         )
         self._conn: Connection | None = None
+        self._ending = False
+        """Set once the loop has stopped taking events: an attach is refused at once."""
         self._detached_at: float | None = clock()
         self.quiet = asyncio.Event()
         """Set while no response runs (graceful shutdown waits for it)."""
@@ -163,9 +168,21 @@ class Driver:
         """Queue an event for the session (from any task of this loop)."""
         self._events.put_nowait(event)
 
-    def attach(self, conn: Connection, last_seq: int | None = None) -> None:
-        """Make ``conn`` the session's socket; with ``last_seq``, replay what it missed."""
-        self._events.put_nowait(_Attach(conn, last_seq))
+    async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
+        """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
+        it missed first.
+
+        Returns:
+            ``True`` once the session's loop took the socket (what it missed, or the
+            ``resume_gap`` error and a snapshot, is queued on it already); ``False`` when
+            the session is ending or has ended, at once or as soon as it ends: the socket
+            then belongs to no session.
+        """
+        if self._ending:
+            return False
+        accepted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._events.put_nowait(_Attach(conn, last_seq, accepted))
+        return await accepted
 
     def detach(self, conn: Connection, *, end: bool = False) -> None:
         """``conn`` is gone; the session waits ``session_ttl`` for a resume, or with
@@ -196,10 +213,20 @@ class Driver:
                     await self._check_schemas(self.session.declared_schemas(event))
                 await self._apply(event)
         finally:
+            # No await before the queue is drained: an attach queued later is refused at once.
+            self._ending = True
+            self._refuse_attaches()
             await self._cancel_all()
             await self._store.end_session(self.session_id)
             self.quiet.set()
             self._tell(lambda observer, now: observer.ended(now))
+
+    def _refuse_attaches(self) -> None:
+        """Answer every attach still queued: the session ended before taking it."""
+        while not self._events.empty():
+            event = self._events.get_nowait()
+            if isinstance(event, _Attach) and not event.accepted.done():
+                event.accepted.set_result(False)
 
     # ----------------------------------------------------------------- events
 
@@ -251,20 +278,12 @@ class Driver:
 
     async def _handle(self, event: _DriverEvent) -> None:
         match event:
-            case _Attach(conn=conn, last_seq=last_seq):
-                replaced = self._conn if self._conn is not conn else None
-                if replaced is not None:
-                    log.info("session_taken_over")
-                    replaced.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
-                self._conn, self._detached_at = conn, None
-                self._tell(
-                    lambda observer, now: observer.attached(
-                        resumed=last_seq is not None, replaced=replaced is not None, now=now
-                    )
-                )
-                self.detached.clear()
-                if last_seq is not None:
-                    await self._replay(conn, last_seq)
+            case _Attach():
+                try:
+                    await self._attach(event)
+                finally:  # should the replay fail, the resuming client still gets an answer
+                    if not event.accepted.done():
+                        event.accepted.set_result(False)
             case _Detach(conn=conn, end=end) if conn is self._conn:
                 self._conn, self._detached_at = None, self._clock()
                 self.detached.set()
@@ -281,6 +300,25 @@ class Driver:
                 await self._apply(Disconnected())
             case _:
                 pass
+
+    async def _attach(self, event: _Attach) -> None:
+        if event.accepted.done():  # the attaching task was cancelled (its socket went)
+            return
+        conn, last_seq = event.conn, event.last_seq
+        replaced = self._conn if self._conn is not conn else None
+        if replaced is not None:
+            log.info("session_taken_over")
+            replaced.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
+        self._conn, self._detached_at = conn, None
+        self._tell(
+            lambda observer, now: observer.attached(
+                resumed=last_seq is not None, replaced=replaced is not None, now=now
+            )
+        )
+        self.detached.clear()
+        if last_seq is not None:
+            await self._replay(conn, last_seq)
+        event.accepted.set_result(True)
 
     async def _replay(self, conn: Connection, last_seq: int) -> None:
         """Send a resuming client what it missed, before any live event."""

@@ -100,11 +100,12 @@ class ConfigError(GatewayError):
 
 
 class TooManySessions(GatewayError):
-    """A new session would go over a session quota: the socket is refused, nothing ends.
+    """A new session would go over a session quota (nil while the gateway shuts down): the
+    socket is refused, nothing ends.
 
     Attributes:
         label: short snake_case reason for logs and metrics (``gateway_full``,
-            ``too_many_sessions``).
+            ``too_many_sessions``, ``shutting_down``).
     """
 
     code: ErrorCode = "rate_limited"

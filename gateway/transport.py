@@ -193,16 +193,28 @@ async def _open(
         if isinstance(found, tuple):  # a ResumeRefusal
             await _refuse(runtime, conn, found.code, found.reason, label=found.label)
             return None
-        found.attach(conn, first.last_seq)
-        return found
+        return await _attach(runtime, conn, found, first.last_seq)
     try:
         driver = await runtime.start_session(principal)
     except TooManySessions as exc:
         await _refuse(runtime, conn, exc.close_code, str(exc), label=exc.label)
         return None
-    driver.attach(conn)
+    if await _attach(runtime, conn, driver, None) is None:
+        return None
     driver.feed(first)
     return driver
+
+
+async def _attach(
+    runtime: Runtime, conn: Connection, driver: Driver, last_seq: int | None
+) -> Driver | None:
+    """Hand ``conn`` to ``driver``'s session; refuse it with 4008 if the session ended first
+    (its TTL ran out, it was stopped): a resume always gets an answer, never silence."""
+    if await driver.attach(conn, last_seq):
+        return driver
+    reason = "session ended or expired"
+    await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
+    return None
 
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:

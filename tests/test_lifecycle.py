@@ -21,9 +21,13 @@ from gateway.protocol import (
     SessionResumed,
     SessionStart,
     TextDelta,
+    ToolCalls,
+    ToolResult,
+    ToolResults,
     UserMessage,
 )
-from tests.support import TEST_AGENT, serving, streamed_text
+from tests.data.tools import gate, reset_gates
+from tests.support import TEST_AGENT, serving, session, streamed_text
 
 
 async def test_a_peer_that_stops_answering_pings_is_dropped_and_its_session_waits():
@@ -117,3 +121,39 @@ async def test_sigterm_closes_every_socket_with_1012_and_exits_0(grace, status):
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1012, "service restart")
     assert code == 0
+
+
+async def test_a_session_started_during_the_grace_period_is_refused_with_1012_and_none_is_left():
+    reset_gates()
+    async with serving() as gateway:
+        runtime = gateway.runtime
+        async with (
+            session(gateway.url) as (busy, _),
+            connect_raw(gateway.url) as late,  # accepted before the shutdown, silent till then
+        ):
+            await busy.send(UserMessage(text="mixed"))  # a client call and a blocking tool
+            calls = (await busy.recv_until(lambda e: isinstance(e, ToolCalls)))[-1]
+            assert isinstance(calls, ToolCalls)
+            stopping = asyncio.create_task(runtime.shutdown(grace=20))
+            await asyncio.sleep(0)  # one loop turn: the shutdown has begun, its grace runs
+            assert runtime.closing
+            await late.send(SessionStart())
+            with pytest.raises(websockets.ConnectionClosed) as refused:
+                await late.recv()
+            assert len(runtime.drivers) == 1  # the late socket's session never started
+            # The running response finishes within the grace, then its socket gets 1012.
+            call = next(c for c in calls.calls if c.tool == "device_a")
+            result = ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "v"})
+            await busy.send(ToolResults(results=[result]))
+            gate("block").set()
+            events = await busy.recv_until(lambda e: isinstance(e, ResponseDone))
+            with pytest.raises(websockets.ConnectionClosed) as stopped:
+                await busy.recv()
+            await asyncio.wait_for(stopping, 10)
+    assert refused.value.rcvd is not None
+    assert (refused.value.rcvd.code, refused.value.rcvd.reason) == (1012, "shutting down")
+    assert isinstance(events[-1], ResponseDone)
+    assert events[-1].status == "completed"
+    assert stopped.value.rcvd is not None
+    assert (stopped.value.rcvd.code, stopped.value.rcvd.reason) == (1012, "service restart")
+    assert runtime.drivers == {}
