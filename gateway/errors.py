@@ -17,6 +17,7 @@ __all__ = [
     "LimitExceeded",
     "ProtocolViolation",
     "ProviderError",
+    "StoreUnavailable",
     "TooManySessions",
     "ToolError",
 ]
@@ -37,6 +38,7 @@ ErrorCode = Literal[
     "resume_gap",
     "session_expired",
     "max_steps_exceeded",
+    "store_unavailable",
     "internal",
 ]
 
@@ -113,3 +115,14 @@ class TooManySessions(GatewayError):
         super().__init__(message)
         self.close_code = close_code
         self.label = label
+
+
+class StoreUnavailable(GatewayError):
+    """The session store (Redis) does not answer: the session cannot go on on this node now.
+
+    The client should come back later (close 1013); nothing is lost that was committed.
+    """
+
+    code: ErrorCode = "store_unavailable"
+    close_code = CloseCode.TRY_AGAIN
+    retryable = True
