@@ -30,11 +30,11 @@ one resumes disappears by itself, and ``ended`` then says it existed. The owning
 renews its lease more often than that, which keeps an idle live session. ``end_session``
 deletes every key but ``known``.
 
-Writes. Each write is one Lua script (``register_script``: EVALSHA, loaded again after a
-Redis restart), so it is atomic and costs one round trip whatever it carries: ``commit``
-appends a batch of events, trims the log (by count, by bytes), saves the state and the
-calls under a fence check. Reads of several keys are MULTI pipelines. The log is trimmed
-by acks with XTRIM MINID.
+Writes. Each write is one Lua script (``gateway.redis_script``, run by EVALSHA through
+``register_script`` and loaded again after a Redis restart), so it is atomic and costs
+one round trip whatever it carries: ``commit`` appends a batch of events, trims the log
+(by count, by bytes), saves the state and the calls under a fence check. Reads of
+several keys are MULTI pipelines. The log is trimmed by acks with XTRIM MINID.
 
 Ownership and routing. ``acquire`` increments ``fence`` and sets ``owner`` (PX lease
 TTL); ``commit`` and ``renew`` compare the caller's fence with ``fence`` inside the
@@ -74,129 +74,22 @@ from redis.backoff import NoBackoff
 
 from gateway.call import Call
 from gateway.errors import StoreUnavailable
+from gateway.redis_script import (
+    ACQUIRE,
+    COMMIT,
+    CREATE,
+    KEYS,
+    POST,
+    PRELUDE,
+    RELEASE,
+    RENEW,
+    TRIM,
+)
 from gateway.store import Lease, LeaseLost, SessionRecord
 
 __all__ = ["RedisStore", "redact"]
 
 log = structlog.get_logger("gateway.redis_store")
-
-_KEYS = (
-    *("record", "state", "fence", "owner", "log", "meta"),
-    *("calls", "order", "settled", "inbox", "known"),  # `known` last: end_session keeps it
-)
-
-# Names for KEYS[i] (in _KEYS order) and the TTL refresh every write script ends with.
-# ARGV[1] is the session TTL in ms, ARGV[2] the `known` TTL in ms, in every script.
-_PRELUDE = """
-local record, state, fence, owner, log, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local calls, order, settled, inbox, known = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local function touch()
-  for i = 1, #KEYS do
-    if KEYS[i] ~= owner and KEYS[i] ~= known then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-  end
-  redis.call('PEXPIRE', known, ARGV[2])
-end
-"""
-
-_CREATE = """
-redis.call('DEL', state, log, meta, calls, order, settled, inbox)
-redis.call('SET', record, ARGV[3])
-redis.call('SET', known, '1')
-touch()
-"""
-
-# ARGV: ttl, known ttl, fence ('' = unchecked), max_events, max_size, max_calls,
-# has_state ('1'/'0'), state, n_events, n_events x (seq, data), n_calls,
-# n_calls x (call_id, settled '1'/'0', data). Returns 0 (lease lost) or 1.
-_COMMIT = """
-if ARGV[3] ~= '' and redis.call('GET', fence) ~= ARGV[3] then return 0 end
-if redis.call('EXISTS', record) == 0 then return 1 end
-local last = tonumber(redis.call('HGET', meta, 'last') or '0')
-local size = tonumber(redis.call('HGET', meta, 'size') or '0')
-local i = 10
-for _ = 1, tonumber(ARGV[9]) do
-  local seq, data = ARGV[i], ARGV[i + 1]
-  i = i + 2
-  if tonumber(seq) > last then
-    redis.call('XADD', log, seq .. '-0', 'd', data)
-    last = tonumber(seq)
-    size = size + #data
-    redis.call('HSET', meta, 'last', seq)
-  end
-end
-local length = redis.call('XLEN', log)
-while length > 0 and (length > tonumber(ARGV[4]) or size > tonumber(ARGV[5])) do
-  local oldest = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
-  redis.call('XDEL', log, oldest[1])
-  size = size - #oldest[2][2]
-  length = length - 1
-  redis.call('HSET', meta, 'dropped', string.match(oldest[1], '^%d+'))
-end
-redis.call('HSET', meta, 'size', size)
-if ARGV[7] == '1' then redis.call('SET', state, ARGV[8]) end
-for _ = 1, tonumber(ARGV[i]) do
-  local id, is_settled, data = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  i = i + 3
-  local n = redis.call('HINCRBY', meta, 'calls', 1)
-  redis.call('HSET', calls, id, data)
-  redis.call('ZADD', order, n, id)
-  if is_settled == '1' then redis.call('ZADD', settled, n, id) end
-end
-local excess = redis.call('ZCARD', settled) - tonumber(ARGV[6])
-if excess > 0 then
-  for _, id in ipairs(redis.call('ZRANGE', settled, 0, excess - 1)) do
-    redis.call('HDEL', calls, id)
-    redis.call('ZREM', order, id)
-  end
-  redis.call('ZREMRANGEBYRANK', settled, 0, excess - 1)
-end
-touch()
-return 1
-"""
-
-# ARGV: ttl, known ttl, upto_seq.
-_TRIM = """
-if redis.call('EXISTS', record) == 0 then return end
-local gone = redis.call('XRANGE', log, '-', ARGV[3])
-if #gone == 0 then return end
-local size = tonumber(redis.call('HGET', meta, 'size') or '0')
-for _, entry in ipairs(gone) do size = size - #entry[2][2] end
-local upto = string.match(gone[#gone][1], '^%d+')
-redis.call('XTRIM', log, 'MINID', tostring(tonumber(upto) + 1))
-redis.call('HSET', meta, 'size', size, 'dropped', upto)
-"""
-
-# ARGV: ttl, known ttl, node, lease ttl. Returns the new fence.
-_ACQUIRE = """
-local n = redis.call('INCR', fence)
-redis.call('SET', owner, ARGV[3], 'PX', ARGV[4])
-touch()
-return n
-"""
-
-# ARGV: ttl, known ttl, node, lease ttl, fence. Returns 1 if renewed, 0 if lost.
-_RENEW = """
-if redis.call('GET', fence) ~= ARGV[5] then return 0 end
-redis.call('SET', owner, ARGV[3], 'PX', ARGV[4])
-touch()
-return 1
-"""
-
-# ARGV: ttl, known ttl, fence.
-_RELEASE = """
-if redis.call('GET', fence) == ARGV[3] then redis.call('DEL', owner) end
-"""
-
-# ARGV: ttl, known ttl, data, channel prefix, session id. The inbox expires with the
-# record, not later: posts must not keep a dead session alive.
-_POST = """
-local left = redis.call('PTTL', record)
-if left < 0 then return end
-redis.call('RPUSH', inbox, ARGV[3])
-redis.call('PEXPIRE', inbox, left)
-local node = redis.call('GET', owner)
-if node then redis.call('PUBLISH', ARGV[4] .. node, ARGV[5]) end
-"""
 
 _UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _record = msgspec.msgpack.Decoder(SessionRecord)
@@ -239,13 +132,13 @@ class RedisStore:
         self._prefix = prefix
         self._where = where
         script = client.register_script
-        self._create = script(_PRELUDE + _CREATE)
-        self._commit = script(_PRELUDE + _COMMIT)
-        self._trim = script(_PRELUDE + _TRIM)
-        self._acquire = script(_PRELUDE + _ACQUIRE)
-        self._renew = script(_PRELUDE + _RENEW)
-        self._release = script(_PRELUDE + _RELEASE)
-        self._post = script(_PRELUDE + _POST)
+        self._create = script(PRELUDE + CREATE)
+        self._commit = script(PRELUDE + COMMIT)
+        self._trim = script(PRELUDE + TRIM)
+        self._acquire = script(PRELUDE + ACQUIRE)
+        self._renew = script(PRELUDE + RENEW)
+        self._release = script(PRELUDE + RELEASE)
+        self._post = script(PRELUDE + POST)
 
     @classmethod
     def from_url(
@@ -448,7 +341,7 @@ class RedisStore:
         return f"{self._prefix}{{{session_id}}}:{name}"
 
     def _keys(self, session_id: str) -> list[str]:
-        return [self._key(session_id, name) for name in _KEYS]
+        return [self._key(session_id, name) for name in KEYS]
 
     def _channel(self, node: str) -> str:
         return f"{self._prefix}node:{node}"

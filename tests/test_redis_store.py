@@ -175,3 +175,12 @@ async def test_store_from_config_builds_the_named_store(server: RedisServer):
             store_from_config(Config(store=bad))
     with pytest.raises(ConfigError, match="not a valid redis:// URL"):
         store_from_config(Config(store="redis://host:notaport/0"))
+
+
+def test_serve_refuses_a_store_that_is_not_a_redis_url(capsys):
+    from gateway.__main__ import main
+
+    assert main(["serve", "--port", "0", "--no-auth", "--store", "mysql://db/x"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error: store: expected 'memory' or a redis://" in err
+    assert "got a mysql:// URL" in err
