@@ -22,17 +22,24 @@ run: $(STAMP)
 
 # System packages the tests need, from Debian when missing: Chromium drives the web demo
 # (never a downloaded browser), Node runs the browser SDK's tests, nginx fronts the gateway
-# in the deploy test. apt's output goes to $(APT_LOG); its tail is shown if it fails.
+# in the deploy test, redis-server backs the Redis store's tests (they start their own on a
+# unix socket: the service apt starts is stopped and disabled, nothing may depend on it).
+# apt's output goes to $(APT_LOG); its tail is shown if it fails.
 system-packages: $(STAMP)
 	@missing=""; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	test -x /usr/sbin/nginx || missing="$$missing nginx"; \
+	test -x /usr/bin/redis-server || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing (apt output in $(APT_LOG))"; \
 		{ $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive \
 			$(SUDO) apt-get install -y $$missing; } >$(APT_LOG) 2>&1 \
 		|| { tail -n 25 $(APT_LOG); echo "apt-get failed; full log in $(APT_LOG)"; exit 1; }; \
+		case "$$missing" in *redis-server*) \
+			{ $(SUDO) systemctl disable --now redis-server \
+				|| $(SUDO) service redis-server stop || true; } >>$(APT_LOG) 2>&1;; \
+		esac; \
 	fi
 
 test: $(STAMP) system-packages check

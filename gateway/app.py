@@ -38,7 +38,7 @@ from gateway.providers.base import ReportsRetries
 from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.schema_worker import SchemaWorker
 from gateway.session import Session, SessionSettings
-from gateway.store import MemoryStore, SessionRecord, Store
+from gateway.store import SessionRecord, Store, store_from_config
 from gateway.transport import realtime_endpoint
 from gateway.workbench import describe_tools, run_tool_alone
 
@@ -89,9 +89,7 @@ class Runtime:
     def __init__(self, config: Config, agent: Agent, store: Store | None = None) -> None:
         self.config = config
         self.agent = agent
-        self.store: Store = store or MemoryStore(
-            max_events=config.replay_max_events, max_size=config.replay_max_size
-        )
+        self.store: Store = store or store_from_config(config)
         self.drivers: dict[str, Driver] = {}
         self.idle = asyncio.Event()
         """Set while no session is live (tests and shutdown wait on it)."""

@@ -44,6 +44,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a new socket has to send its first message before it is closed (1008)."""
     session_ttl: float = 120.0
     """Seconds a session lives on after its socket is gone, waiting for ``session.resume``."""
+    store: str = "memory"
+    """Where sessions are kept: ``memory`` (this process; one node) or a Redis URL
+    (``redis://[:password@]host:port/db``, ``rediss://`` for TLS, ``unix:///path.sock``)
+    that every node of a cluster shares, so a session survives its node."""
+    lease_ttl: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """Seconds a node's lease on a session lasts unless renewed; a session whose node
+    died is taken over by a resume at once, and its data outlive it by ``session_ttl``
+    plus this."""
     replay_max_events: int = 10_000
     """Events a session keeps for replay (the oldest go first; ``ack`` frees them sooner)."""
     replay_max_size: int = 4 * 2**20

@@ -17,6 +17,7 @@ __all__ = [
     "LimitExceeded",
     "ProtocolViolation",
     "ProviderError",
+    "StoreUnavailable",
     "TooManySessions",
     "ToolError",
 ]
@@ -38,6 +39,7 @@ ErrorCode = Literal[
     "session_expired",
     "max_steps_exceeded",
     "response_interrupted",
+    "store_unavailable",
     "internal",
 ]
 
@@ -115,3 +117,14 @@ class TooManySessions(GatewayError):
         super().__init__(message)
         self.close_code = close_code
         self.label = label
+
+
+class StoreUnavailable(GatewayError):
+    """The session store (Redis) does not answer: the session cannot go on on this node now.
+
+    The client should come back later (close 1013); nothing is lost that was committed.
+    """
+
+    code: ErrorCode = "store_unavailable"
+    close_code = CloseCode.TRY_AGAIN
+    retryable = True

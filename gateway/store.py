@@ -1,22 +1,62 @@
-"""Where sessions keep what must survive their socket: the event log and the call ledger.
+"""Where sessions keep what must survive their socket and their process.
 
-The ``Store`` interface is async and keyed by session id, so that a networked
-implementation (Redis, for sessions that move between gateway nodes) can stand
-behind it; nothing here assumes one process. ``MemoryStore`` is the in-process
-implementation.
+A session's record, its encoded state, the event log, the call ledger, an inbox of
+events routed from other nodes, and the lease that says which node drives it. The
+``Store`` interface is async and keyed by session id, so that a networked
+implementation (``gateway.redis_store``, for sessions that move between gateway nodes)
+can stand behind it; nothing here assumes one process. ``MemoryStore`` is the
+in-process implementation, with the same semantics (the contract test in
+tests/test_store_contract.py runs against both).
+
+Ownership: a node drives a session under a ``Lease`` (``acquire``, then ``renew`` it
+every fraction of its TTL). Each acquire gives a higher fencing token; ``commit`` under
+any older lease raises ``LeaseLost`` and writes nothing, so a node that was taken over
+(or paused past its lease) cannot clobber the new owner's state.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
 
 from gateway.call import Call
+from gateway.config import Config
+from gateway.errors import ConfigError
 
-__all__ = ["MemoryStore", "SessionRecord", "Store"]
+__all__ = [
+    "Lease",
+    "LeaseLost",
+    "MemoryStore",
+    "SessionRecord",
+    "Store",
+    "store_from_config",
+]
+
+STORE_SCHEMES = ("redis", "rediss", "unix")
+"""URL schemes ``Config.store`` accepts besides ``memory``."""
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """The right to drive a session, held by one node."""
+
+    node: str
+    """The node id holding it."""
+    fence: int
+    """Increases by one at every acquire; a write with an older fence fails."""
+
+
+class LeaseLost(Exception):
+    """A write or renew by a node whose lease was taken over (or expired and taken).
+
+    Not a ``GatewayError``: the client did nothing wrong. The node stops driving the
+    session; whoever holds the lease now serves it.
+    """
 
 
 class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,7 +73,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Store(Protocol):
-    """Session records, event logs and call ledgers."""
+    """Session records, state, event logs, call ledgers, inboxes and leases."""
 
     async def create_session(self, record: SessionRecord) -> None: ...
 
@@ -42,10 +82,15 @@ class Store(Protocol):
     async def end_session(self, session_id: str) -> None:
         """Forget the session's data; remember that it existed (``ended`` says so)."""
 
-    async def ended(self, session_id: str) -> bool: ...
+    async def ended(self, session_id: str) -> bool:
+        """True if the session existed and is gone: ended, or expired unresumed."""
 
     async def append_event(self, session_id: str, seq: int, data: bytes) -> None:
-        """Log an encoded server event. Bounded: the oldest events may be dropped."""
+        """Log an encoded server event. Bounded: the oldest events may be dropped.
+
+        An event whose ``seq`` is not above the newest logged one is ignored, so a
+        commit retried after a lost answer does not log twice.
+        """
 
     async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
         """Every logged event after ``seq``, in order; ``None`` if some are gone (a gap)."""
@@ -55,10 +100,72 @@ class Store(Protocol):
 
     async def save_call(self, session_id: str, call: Call) -> None: ...
 
-    async def load_calls(self, session_id: str) -> list[Call]: ...
+    async def load_calls(self, session_id: str) -> list[Call]:
+        """The session's calls, least recently saved first."""
 
     async def ping(self) -> None:
         """Return if the store answers (``/readyz``); raise if it cannot serve."""
+
+    async def acquire(self, session_id: str, node: str, *, ttl: float) -> Lease:
+        """Take the session's lease for ``node``, whoever holds it now.
+
+        A resume on any node takes the session over: the fence goes up by one and
+        writes under any earlier lease fail from then on.
+        """
+
+    async def renew(self, session_id: str, lease: Lease, *, ttl: float) -> bool:
+        """Extend the lease (and keep every key of the session alive); False if lost."""
+
+    async def release(self, session_id: str, lease: Lease) -> None:
+        """Give the lease up (if still held), so ``owner`` says nobody drives the session."""
+
+    async def owner(self, session_id: str) -> str | None:
+        """The node holding an unexpired lease, or None."""
+
+    async def commit(
+        self,
+        session_id: str,
+        lease: Lease | None,
+        *,
+        state: bytes | None,
+        events: Sequence[tuple[int, bytes]],
+        calls: Sequence[Call] = (),
+    ) -> None:
+        """One durable point, all or nothing, in one round trip.
+
+        Appends ``events`` (seq, encoded) to the log with the bounds of
+        ``append_event``, saves the encoded session ``state`` if given and saves
+        ``calls`` into the ledger. Nothing is written for a session that does not exist
+        (ended or expired).
+
+        Args:
+            lease: the lease the write is made under; ``None`` skips the check (one
+                node).
+
+        Raises:
+            LeaseLost: ``lease`` is not the session's current lease; nothing was written.
+        """
+
+    async def load_state(self, session_id: str) -> bytes | None:
+        """The encoded state of the last commit that carried one, or None."""
+
+    async def post(self, session_id: str, data: bytes) -> None:
+        """Leave a routed event for whoever owns the session.
+
+        For a server tool's outcome or progress that finished on another node: it is
+        appended to the session's inbox (kept until taken, expires with the session;
+        dropped if the session does not exist) and the owning node is woken.
+        """
+
+    async def take_posts(self, session_id: str) -> list[bytes]:
+        """Everything posted for the session, in order, removed atomically."""
+
+    def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
+        """While entered, call ``wake(session_id)`` when something is posted for a session
+        whose lease ``node`` holds. A wake says "call ``take_posts``"; it carries nothing."""
+
+    async def aclose(self) -> None:
+        """Let go of connections; the store is not used afterwards."""
 
 
 @dataclass
@@ -67,6 +174,17 @@ class _Log:
     size: int = 0
     dropped_upto: int = 0
     """Highest seq no longer kept: a replay from before it has a gap."""
+    last_seq: int = 0
+    """Highest seq ever logged: an event at or below it is a repeat."""
+
+
+@dataclass
+class _Session:
+    record: SessionRecord
+    log: _Log = field(default_factory=_Log)
+    calls: OrderedDict[str, Call] = field(default_factory=OrderedDict)
+    state: bytes | None = None
+    inbox: list[bytes] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -77,6 +195,10 @@ class MemoryStore:
         max_size: bytes of events kept per session (``replay_max_size``).
         max_calls: settled calls kept per session for duplicate detection.
         max_ended: ended session ids remembered (to tell "expired" from "unknown").
+        session_ttl: seconds a session's data lives after its last write or renew (plus
+            ``lease_ttl``), like the Redis store's keys; ``None`` keeps it until
+            ``end_session`` (one process: the driver ends its sessions itself).
+        lease_ttl: added to ``session_ttl``: a node renews before its lease runs out.
     """
 
     def __init__(
@@ -86,39 +208,170 @@ class MemoryStore:
         max_size: int = 4 * 2**20,
         max_calls: int = 1_000,
         max_ended: int = 100_000,
+        session_ttl: float | None = None,
+        lease_ttl: float = 10.0,
     ) -> None:
         self._max_events = max_events
         self._max_size = max_size
         self._max_calls = max_calls
         self._max_ended = max_ended
-        self._records: dict[str, SessionRecord] = {}
-        self._logs: dict[str, _Log] = {}
-        self._calls: dict[str, OrderedDict[str, Call]] = {}
+        self._ttl = None if session_ttl is None else session_ttl + lease_ttl
+        self._sessions: dict[str, _Session] = {}
+        self._fences: dict[str, int] = {}
+        self._owners: dict[str, tuple[str, float]] = {}
+        """session id -> (node, monotonic time its lease runs out)."""
+        self._expiry: OrderedDict[str, float] = OrderedDict()
+        """session id -> monotonic time its data goes, soonest first (with ``session_ttl``)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
+        self._listeners: dict[str, list[Callable[[str], None]]] = {}
 
     async def create_session(self, record: SessionRecord) -> None:
-        self._records[record.session_id] = record
-        self._logs[record.session_id] = _Log()
-        self._calls[record.session_id] = OrderedDict()
+        self._sessions[record.session_id] = _Session(record)
+        self._touch(record.session_id)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        return self._records.get(session_id)
+        entry = self._get(session_id)
+        return entry.record if entry else None
 
     async def end_session(self, session_id: str) -> None:
-        self._records.pop(session_id, None)
-        self._logs.pop(session_id, None)
-        self._calls.pop(session_id, None)
+        self._expire_due()
+        self._forget(session_id)
         self._ended[session_id] = None
         while len(self._ended) > self._max_ended:
             self._ended.popitem(last=False)
 
     async def ended(self, session_id: str) -> bool:
+        self._expire_due()
         return session_id in self._ended
 
     async def append_event(self, session_id: str, seq: int, data: bytes) -> None:
-        log = self._logs.get(session_id)
-        if log is None:
+        await self.commit(session_id, None, state=None, events=[(seq, data)])
+
+    async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
+        entry = self._get(session_id)
+        if entry is None or seq < entry.log.dropped_upto:
+            return None
+        return [data for event_seq, data in entry.log.events if event_seq > seq]
+
+    async def trim_events(self, session_id: str, upto_seq: int) -> None:
+        entry = self._get(session_id)
+        if entry is None:
             return
+        log = entry.log
+        while log.events and log.events[0][0] <= upto_seq:
+            dropped_seq, dropped = log.events.popleft()
+            log.size -= len(dropped)
+            log.dropped_upto = dropped_seq
+
+    async def save_call(self, session_id: str, call: Call) -> None:
+        await self.commit(session_id, None, state=None, events=(), calls=[call])
+
+    async def load_calls(self, session_id: str) -> list[Call]:
+        entry = self._get(session_id)
+        return list(entry.calls.values()) if entry else []
+
+    async def ping(self) -> None:
+        """Always answers: it is this process's memory."""
+
+    async def acquire(self, session_id: str, node: str, *, ttl: float) -> Lease:
+        self._expire_due()
+        fence = self._fences.get(session_id, 0) + 1
+        self._fences[session_id] = fence
+        self._owners[session_id] = (node, time.monotonic() + ttl)
+        self._touch(session_id)
+        return Lease(node, fence)
+
+    async def renew(self, session_id: str, lease: Lease, *, ttl: float) -> bool:
+        if not self._holds(session_id, lease):
+            return False
+        self._owners[session_id] = (lease.node, time.monotonic() + ttl)
+        self._touch(session_id)
+        return True
+
+    async def release(self, session_id: str, lease: Lease) -> None:
+        if self._holds(session_id, lease):
+            self._owners.pop(session_id, None)
+
+    async def owner(self, session_id: str) -> str | None:
+        self._expire_due()
+        held = self._owners.get(session_id)
+        return held[0] if held and held[1] > time.monotonic() else None
+
+    async def commit(
+        self,
+        session_id: str,
+        lease: Lease | None,
+        *,
+        state: bytes | None,
+        events: Sequence[tuple[int, bytes]],
+        calls: Sequence[Call] = (),
+    ) -> None:
+        if lease is not None and not self._holds(session_id, lease):
+            raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
+        entry = self._get(session_id)
+        if entry is None:
+            return
+        for seq, data in events:
+            self._log(entry.log, seq, data)
+        if state is not None:
+            entry.state = state
+        for call in calls:
+            self._save_call(entry.calls, call)
+        self._touch(session_id)
+
+    async def load_state(self, session_id: str) -> bytes | None:
+        entry = self._get(session_id)
+        return entry.state if entry else None
+
+    async def post(self, session_id: str, data: bytes) -> None:
+        entry = self._get(session_id)
+        if entry is None:
+            return
+        entry.inbox.append(data)
+        node = await self.owner(session_id)
+        for wake in list(self._listeners.get(node, ())) if node else ():
+            wake(session_id)
+
+    async def take_posts(self, session_id: str) -> list[bytes]:
+        entry = self._get(session_id)
+        if entry is None:
+            return []
+        posts, entry.inbox = entry.inbox, []
+        return posts
+
+    def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
+        return self._listen(node, wake)
+
+    @asynccontextmanager
+    async def _listen(self, node: str, wake: Callable[[str], None]) -> AsyncIterator[None]:
+        self._listeners.setdefault(node, []).append(wake)
+        try:
+            yield
+        finally:
+            self._listeners[node].remove(wake)
+            if not self._listeners[node]:
+                del self._listeners[node]
+
+    async def aclose(self) -> None:
+        """Nothing to let go of."""
+
+    def log_size(self, session_id: str) -> tuple[int, int]:
+        """(events, bytes) logged for a session: for tests and metrics."""
+        entry = self._sessions.get(session_id)
+        return (len(entry.log.events), entry.log.size) if entry else (0, 0)
+
+    def _get(self, session_id: str) -> _Session | None:
+        self._expire_due()
+        return self._sessions.get(session_id)
+
+    def _holds(self, session_id: str, lease: Lease) -> bool:
+        self._expire_due()
+        return self._fences.get(session_id) == lease.fence
+
+    def _log(self, log: _Log, seq: int, data: bytes) -> None:
+        if seq <= log.last_seq:
+            return
+        log.last_seq = seq
         log.events.append((seq, data))
         log.size += len(data)
         while log.events and (len(log.events) > self._max_events or log.size > self._max_size):
@@ -126,38 +379,61 @@ class MemoryStore:
             log.size -= len(dropped)
             log.dropped_upto = dropped_seq
 
-    async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
-        log = self._logs.get(session_id)
-        if log is None or seq < log.dropped_upto:
-            return None
-        return [data for event_seq, data in log.events if event_seq > seq]
-
-    async def trim_events(self, session_id: str, upto_seq: int) -> None:
-        log = self._logs.get(session_id)
-        if log is None:
-            return
-        while log.events and log.events[0][0] <= upto_seq:
-            dropped_seq, dropped = log.events.popleft()
-            log.size -= len(dropped)
-            log.dropped_upto = dropped_seq
-
-    async def save_call(self, session_id: str, call: Call) -> None:
-        calls = self._calls.get(session_id)
-        if calls is None:
-            return
+    def _save_call(self, calls: OrderedDict[str, Call], call: Call) -> None:
         calls[call.call_id] = msgspec.structs.replace(call)  # a copy: the core mutates its own
         calls.move_to_end(call.call_id)
         settled = [c.call_id for c in calls.values() if c.settled]
         for call_id in settled[: max(0, len(settled) - self._max_calls)]:
             del calls[call_id]
 
-    async def load_calls(self, session_id: str) -> list[Call]:
-        return list(self._calls.get(session_id, {}).values())
+    def _touch(self, session_id: str) -> None:
+        if self._ttl is None:
+            return
+        self._expiry[session_id] = time.monotonic() + self._ttl
+        self._expiry.move_to_end(session_id)  # one TTL for all: the order stays soonest first
 
-    async def ping(self) -> None:
-        """Always answers: it is this process's memory."""
+    def _expire_due(self) -> None:
+        """Drop the sessions whose TTL ran out (lazily, as Redis keys expire)."""
+        now = time.monotonic()
+        while self._expiry:
+            session_id, deadline = next(iter(self._expiry.items()))
+            if deadline > now:
+                return
+            existed = session_id in self._sessions
+            self._forget(session_id)
+            if existed:
+                self._ended[session_id] = None
 
-    def log_size(self, session_id: str) -> tuple[int, int]:
-        """(events, bytes) logged for a session: for tests and metrics."""
-        log = self._logs.get(session_id)
-        return (len(log.events), log.size) if log else (0, 0)
+    def _forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        self._fences.pop(session_id, None)
+        self._owners.pop(session_id, None)
+        self._expiry.pop(session_id, None)
+
+
+def store_from_config(config: Config) -> Store:
+    """The store ``config.store`` names: ``memory``, or Redis at a URL.
+
+    Raises:
+        ConfigError: ``config.store`` is neither ``memory`` nor a Redis URL.
+    """
+    if config.store == "memory":
+        return MemoryStore(max_events=config.replay_max_events, max_size=config.replay_max_size)
+    scheme, sep, _ = config.store.partition("://")
+    if not sep or scheme not in STORE_SCHEMES:
+        raise ConfigError(
+            "store: expected 'memory' or a redis://, rediss:// or unix:// URL, got "
+            + (f"a {scheme}:// URL" if sep else repr(config.store))
+        )
+    from gateway.redis_store import RedisStore  # only a gateway on Redis loads the client
+
+    try:
+        return RedisStore.from_url(
+            config.store,
+            session_ttl=config.session_ttl,
+            lease_ttl=config.lease_ttl,
+            max_events=config.replay_max_events,
+            max_size=config.replay_max_size,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"store: not a valid {scheme}:// URL: {exc}") from exc
