@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 import typing
 from collections.abc import Sequence
@@ -136,6 +137,10 @@ class GatewayServer(uvicorn.Server):
     def _start_draining(self) -> None:
         if self._draining is None:
             self._draining = asyncio.create_task(self._drain(), name="gateway:drain")
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        await self._runtime.aclose()  # the store's connections, the lease renewer
 
     async def _drain(self) -> None:
         try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import os
 import secrets
+import socket
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -28,7 +30,7 @@ from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
 from gateway.connection import Abort, Connection, Socket
 from gateway.driver import Driver
-from gateway.errors import CloseCode, TooManySessions
+from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
 from gateway.origin import OriginGuard, OriginPolicy
@@ -38,7 +40,8 @@ from gateway.providers.base import ReportsRetries
 from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.schema_worker import SchemaWorker
 from gateway.session import Session, SessionSettings
-from gateway.store import SessionRecord, Store, store_from_config
+from gateway.state import decode_state
+from gateway.store import Lease, MemoryStore, SessionRecord, Store, store_from_config
 from gateway.transport import realtime_endpoint
 from gateway.workbench import describe_tools, run_tool_alone
 
@@ -46,6 +49,8 @@ __all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "create_app", "new_i
 
 log = structlog.get_logger("gateway.app")
 
+_RENEW_BATCH = 256
+"""Leases renewed at once (concurrent commands on the store's connection pool)."""
 _READY_TIMEOUT = 1.0
 """Seconds the store has to answer ``/readyz``'s ping."""
 
@@ -83,6 +88,18 @@ class ResumeRefusal(NamedTuple):
     label: str
 
 
+def _check_owner(record: SessionRecord, msg: SessionResume, principal: str) -> ResumeRefusal | None:
+    """Why ``principal`` may not resume the session of ``record`` with ``msg``, if so."""
+    # Both checks run, so the answer's timing tells nothing about which failed.
+    owner = hmac.compare_digest(record.principal.encode(), principal.encode())
+    token = hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token))
+    if not owner:
+        return ResumeRefusal(CloseCode.UNAUTHORIZED, "not the session's owner", "not_owner")
+    if not token:
+        return ResumeRefusal(CloseCode.UNAUTHORIZED, "wrong resume token", "wrong_resume_token")
+    return None
+
+
 class Runtime:
     """What every session of this gateway shares: config, agent, store, live sessions."""
 
@@ -90,6 +107,12 @@ class Runtime:
         self.config = config
         self.agent = agent
         self.store: Store = store or store_from_config(config)
+        self.durable = not isinstance(self.store, MemoryStore)
+        """Sessions are saved whole and may move between nodes (a shared store: Redis)."""
+        self.node = config.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        """This gateway node's name in leases."""
+        self._adopting: dict[str, asyncio.Future[Driver | ResumeRefusal]] = {}
+        self._background: list[asyncio.Task[None]] = []
         self.drivers: dict[str, Driver] = {}
         self.idle = asyncio.Event()
         """Set while no session is live (tests and shutdown wait on it)."""
@@ -186,10 +209,10 @@ class Runtime:
             self.sessions.release(principal.name)
             raise
 
-    async def _new_session(self, principal: Principal) -> Driver:
+    def _settings(self, principal: Principal) -> SessionSettings:
+        """What this gateway builds a session of ``principal`` from."""
         config = self.config
-        token = secrets.token_urlsafe(32)
-        settings = SessionSettings(
+        return SessionSettings(
             agent=self.agent.name,
             instructions=self.agent.instructions,
             tools=self.agent.tools,
@@ -209,7 +232,12 @@ class Runtime:
             schema_guard=self.schema_guard,
             max_history_chars=config.max_history_chars,
         )
-        session = Session(settings, session_id=new_id("sess"), resume_token=token, new_id=new_id)
+
+    async def _new_session(self, principal: Principal) -> Driver:
+        token = secrets.token_urlsafe(32)
+        session = Session(
+            self._settings(principal), session_id=new_id("sess"), resume_token=token, new_id=new_id
+        )
         await self.store.create_session(
             SessionRecord(
                 session_id=session.session_id,
@@ -219,22 +247,35 @@ class Runtime:
                 principal=principal.name,
             )
         )
+        lease = await self._acquire(session.session_id)
         if self.closing:  # began while the store was writing: shutdown has its list already
             await self.store.end_session(session.session_id)
             raise _shutting_down()
+        return self._drive(session, principal.name, lease)
+
+    async def _acquire(self, session_id: str) -> Lease | None:
+        """The session's lease for this node, with a durable store (taken from any other)."""
+        if not self.durable:
+            return None
+        return await self.store.acquire(session_id, self.node, ttl=self.config.lease_ttl)
+
+    def _drive(self, session: Session, principal: str, lease: Lease | None) -> Driver:
+        """Run ``session`` here from now on."""
+        self._start_background()
         driver = Driver(
             session,
             provider=self.agent.provider,
             server_tools=self.agent.server_tools,
             store=self.store,
-            session_ttl=config.session_ttl,
+            session_ttl=self.config.session_ttl,
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
             check_schemas=self.schema_worker.check,
+            lease=lease,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
         self._runs[driver.session_id] = asyncio.create_task(
-            self._run(driver, principal.name), name=f"gateway:session:{driver.session_id}"
+            self._run(driver, principal), name=f"gateway:session:{driver.session_id}"
         )
         return driver
 
@@ -244,21 +285,120 @@ class Runtime:
         """The live session a ``session.resume`` by ``principal`` names, or the close code
         and reason refusing it (only the session's creator may resume it)."""
         driver = self.drivers.get(msg.session_id)
+        if driver is not None and driver.moved:
+            driver = None  # it left this node: take it over again, from the store
         record = await self.store.get_session(msg.session_id)
+        if record is not None and driver is None and self.durable:
+            refusal = _check_owner(record, msg, principal)
+            if refusal is not None:
+                return refusal
+            return await self._adopt(record)
         if driver is None or record is None:
             if await self.store.ended(msg.session_id):
                 return ResumeRefusal(
                     CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"
                 )
             return ResumeRefusal(CloseCode.UNKNOWN_SESSION, "unknown session", "unknown_session")
-        # Both checks run, so the answer's timing tells nothing about which failed.
-        owner = hmac.compare_digest(record.principal.encode(), principal.encode())
-        token = hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token))
-        if not owner:
-            return ResumeRefusal(CloseCode.UNAUTHORIZED, "not the session's owner", "not_owner")
-        if not token:
-            return ResumeRefusal(CloseCode.UNAUTHORIZED, "wrong resume token", "wrong_resume_token")
-        return driver
+        return _check_owner(record, msg, principal) or driver
+
+    async def _adopt(self, record: SessionRecord) -> Driver | ResumeRefusal:
+        """Take a session over from the store: another node drove it (it died, it is
+        shutting down, or the client simply reconnected elsewhere)."""
+        session_id = record.session_id
+        adopting = self._adopting.get(session_id)
+        if adopting is not None:  # two resumes at once on this node: one adoption
+            return await asyncio.shield(adopting)
+        future: asyncio.Future[Driver | ResumeRefusal] = asyncio.get_running_loop().create_future()
+        self._adopting[session_id] = future
+        try:
+            found = await self._take_over(record)
+            future.set_result(found)
+            return found
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a lone adoption need not be awaited twice
+            raise
+        finally:
+            del self._adopting[session_id]
+
+    async def _take_over(self, record: SessionRecord) -> Driver | ResumeRefusal:
+        expired = ResumeRefusal(
+            CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"
+        )
+        if self.closing:
+            return ResumeRefusal(CloseCode.SERVICE_RESTART, "shutting down", "shutting_down")
+        try:
+            self.sessions.reserve(record.principal)
+        except TooManySessions as exc:
+            return ResumeRefusal(exc.close_code, str(exc), exc.label)
+        try:
+            lease = await self._acquire(record.session_id)  # first: no write of theirs after
+            data = await self.store.load_state(record.session_id)
+            if data is None:  # never started, or ended meanwhile
+                if lease is not None:
+                    await self.store.release(record.session_id, lease)
+                self.sessions.release(record.principal)
+                return expired
+            state = decode_state(data)
+            session = Session.restore(self._settings(ANONYMOUS), state, new_id=new_id)
+        except BaseException:
+            self.sessions.release(record.principal)
+            raise
+        session.adopt(time.time())
+        log.info("session_adopted", session_id=record.session_id, seq=state.seq)
+        self.metrics.note_adoption()
+        return self._drive(session, record.principal, lease)
+
+    def _start_background(self) -> None:
+        """With a durable store: renew this node's leases, listen for posts to its
+        sessions. Started with the first session (it needs the running loop)."""
+        if self.durable and not self._background:
+            self._background = [
+                asyncio.create_task(self._renew_leases(), name="gateway:leases"),
+                asyncio.create_task(self._listen(), name="gateway:listen"),
+            ]
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every session driven here, every third of ``lease_ttl``; a
+        session whose lease another node took is let go."""
+        ttl = self.config.lease_ttl
+        while True:
+            await asyncio.sleep(ttl / 3)
+            drivers = [d for d in self.drivers.values() if d.lease is not None and not d.moved]
+            for start in range(0, len(drivers), _RENEW_BATCH):
+                batch = drivers[start : start + _RENEW_BATCH]
+                results = await asyncio.gather(
+                    *(self.store.renew(d.session_id, d.lease, ttl=ttl) for d in batch if d.lease),
+                    return_exceptions=True,
+                )
+                for driver, renewed in zip(batch, results, strict=True):
+                    if renewed is False:
+                        driver.let_go()
+                    elif isinstance(renewed, BaseException):
+                        log.warning("lease_not_renewed", error=str(renewed))
+
+    async def _listen(self) -> None:
+        """Wake the sessions driven here when something is posted for them."""
+        while True:
+            try:
+                async with self.store.listen(self.node, self._wake):
+                    await asyncio.Future()  # until cancelled, or the listener fails
+            except StoreUnavailable as exc:
+                log.warning("store_listen_failed", error=str(exc))
+                await asyncio.sleep(1.0)
+
+    def _wake(self, session_id: str) -> None:
+        driver = self.drivers.get(session_id)
+        if driver is not None:
+            driver.take_posts()
+
+    async def aclose(self) -> None:
+        """Stop this node's background work and close the store (after ``shutdown``)."""
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+        await self.store.aclose()
 
     async def _run(self, driver: Driver, principal: str) -> None:
         with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
@@ -272,12 +412,18 @@ class Runtime:
                 if driver.connection is not None and not driver.connection.closing:
                     driver.connection.close(CloseCode.NORMAL, "session ended", flush=True)
             finally:
-                self.drivers.pop(driver.session_id, None)
-                self._runs.pop(driver.session_id, None)
+                if self.drivers.get(driver.session_id) is driver:
+                    del self.drivers[driver.session_id]
+                if self._runs.get(driver.session_id) is asyncio.current_task():
+                    del self._runs[driver.session_id]
                 self.sessions.release(principal)
                 if not self.drivers:
                     self.idle.set()
-                log.info("session_ended")
+                if driver.moved:
+                    self.metrics.note_moved()
+                    log.info("session_moved")
+                else:
+                    log.info("session_ended")
 
     async def shutdown(self, grace: float) -> None:
         """Graceful stop: refuse new sockets and sessions, let running responses finish for

@@ -52,6 +52,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a node's lease on a session lasts unless renewed; a session whose node
     died is taken over by a resume at once, and its data outlive it by ``session_ttl``
     plus this."""
+    node_id: str | None = None
+    """This node's name in session leases and logs (unique per node of a cluster); by
+    default ``<hostname>-<pid>-<random>``."""
     replay_max_events: int = 10_000
     """Events a session keeps for replay (the oldest go first; ``ack`` frees them sooner)."""
     replay_max_size: int = 4 * 2**20

@@ -8,6 +8,18 @@ A session outlives its sockets: every event it sends is logged in the store
 first, then queued on the attached connection, if any. A resume attaches a new
 connection and replays the log from the client's ``last_seq``; a session with
 no connection for ``session_ttl`` ends.
+
+Durable points: the effects of the events applied in a row (up to ``_YIELD_EVERY``,
+or until the queue is empty) are committed to the store in one write: the events to
+send, the calls, and, with a durable store (Redis), the session's whole state. Only
+then are they carried out (events sent, models and tools started). While a commit is
+in flight new events queue up and go in the next one, so a fast stream costs one
+store round trip per batch, not per delta.
+
+With a durable store the session runs under a lease (``gateway.store.Lease``): a
+commit under a lease another node took fails with ``LeaseLost``, and this driver lets
+the session go without ending it. Its server tools still running finish here and their
+outcomes are posted to the session's inbox for the node that owns it now.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ import msgspec
 import structlog
 
 from gateway.connection import Connection
-from gateway.errors import CloseCode, ProviderError
+from gateway.errors import CloseCode, ProviderError, StoreUnavailable
 from gateway.event import (
     CallModel,
     CancelModel,
@@ -51,9 +63,11 @@ from gateway.protocol import (
     encode,
 )
 from gateway.providers.base import Provider
+from gateway.routing import decode_routed, encode_routed
 from gateway.server_tool import Progress, ServerTool
 from gateway.session import Session
-from gateway.store import Store
+from gateway.state import encode_state
+from gateway.store import Lease, LeaseLost, Store
 
 __all__ = ["Driver"]
 
@@ -63,6 +77,10 @@ log = structlog.get_logger("gateway.driver")
 _YIELD_EVERY = 32
 """A session applies at most this many waiting events in a row before it lets the event
 loop run the others (one ``sleep(0)``: a few µs, every 32 events)."""
+
+
+_POSTING: set[asyncio.Task[None]] = set()
+"""Posts of tool outcomes in flight (a task needs a reference until it is done)."""
 
 
 class _Attach(msgspec.Struct, frozen=True):
@@ -81,7 +99,16 @@ class _Detach(msgspec.Struct, frozen=True):
 
 
 class _Stop(msgspec.Struct, frozen=True):
-    """The gateway is stopping: cut the response, close the socket with 1012, end."""
+    """The gateway is stopping: cut the response, close the socket with 1012, end (with a
+    durable store: hand the session over as it is, for another node to carry on)."""
+
+
+class _TakePosts(msgspec.Struct, frozen=True):
+    """Something was posted to the session's inbox (a tool outcome from another node)."""
+
+
+class _LetGo(msgspec.Struct, frozen=True):
+    """The lease is lost (another node took the session): stop driving it."""
 
 
 class _CloseSocket(msgspec.Struct, frozen=True):
@@ -92,7 +119,7 @@ class _CloseSocket(msgspec.Struct, frozen=True):
     reason: str
 
 
-_DriverEvent = _Attach | _Detach | _Stop | _CloseSocket
+_DriverEvent = _Attach | _Detach | _Stop | _CloseSocket | _TakePosts | _LetGo
 
 
 class Driver:
@@ -110,6 +137,8 @@ class Driver:
         check_schemas: checks the client-function schemas a ``session.start`` or
             ``session.update`` declares, off the event loop, before the core sees it (the
             core then finds them checked); without it, the core checks them itself.
+        lease: the session's lease, with a durable store: every commit saves the whole
+            state under it. ``None`` (the memory store, one node) saves events and calls.
     """
 
     def __init__(
@@ -123,6 +152,7 @@ class Driver:
         clock: Callable[[], float] = time.time,
         observers: Sequence[SessionObserver] | None = None,
         check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -131,6 +161,17 @@ class Driver:
         self._ttl = session_ttl
         self._clock = clock
         self._check_schemas = check_schemas
+        self.lease = lease
+        self._pending: list[Effect] = []
+        """Effects of the events applied since the last commit, in order."""
+        self._changed = False
+        """An event was applied since the last commit (the state is to be saved)."""
+        self._batched = 0
+        self._store_failing = False
+        """The last commit failed: the client was told (``store_unavailable``)."""
+        self.moved = False
+        """The session left this node (lease lost, or handed over at shutdown): it goes on
+        elsewhere, so it is not ended here."""
         self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
         self._ticked_for: float | None = None
         """The passed deadline last given a ``Tick`` ahead of waiting events."""
@@ -138,6 +179,8 @@ class Driver:
         """Events taken in a row without letting the loop run (see ``_next_event``)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
+        self._tool_keys: set[str] = set()
+        """The keys of ``_tasks`` that are server tools."""
         self._observers: tuple[SessionObserver, ...] = (
             tuple(observers) if observers is not None else (LogObserver(lambda: session.metadata),)
         )
@@ -198,26 +241,53 @@ class Driver:
         (the errors that explain the close, say); the session waits for a resume."""
         self._events.put_nowait(_CloseSocket(conn, code, reason))
 
+    def take_posts(self) -> None:
+        """Something was posted to the session's inbox: take it (from any task)."""
+        self._events.put_nowait(_TakePosts())
+
+    def let_go(self) -> None:
+        """The lease is lost: another node drives the session now."""
+        self._events.put_nowait(_LetGo())
+
     async def run(self) -> None:
-        """Apply events until the session ends; then cancel and await all its work."""
+        """Apply events until the session ends; then cancel and await all its work.
+
+        A session adopted from another node starts with what ``Session.adopt`` asked for
+        and what was posted to its inbox meanwhile.
+        """
         self._tell(lambda observer, now: observer.started(now))
         try:
-            while not self.session.closed:
+            self._pending += self.session.effects()
+            self._changed = bool(self._pending)
+            await self._flush()
+            if self.lease is not None:
+                await self._take_posts()
+            while not self.session.closed and not self.moved:
                 event = await self._next_event()
-                if isinstance(event, _Attach | _Detach | _Stop | _CloseSocket):
+                if isinstance(
+                    event, _Attach | _Detach | _Stop | _CloseSocket | _TakePosts | _LetGo
+                ):
+                    await self._flush()
                     await self._handle(event)
                     continue
                 if isinstance(event, Ack):
                     await self._store.trim_events(self.session_id, event.seq)
                 if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
                     await self._check_schemas(self.session.declared_schemas(event))
-                await self._apply(event)
+                self._apply(event)
+                self._batched += 1
+                if self._batched >= _YIELD_EVERY or self._events.empty():
+                    await self._flush()
         finally:
             # No await before the queue is drained: an attach queued later is refused at once.
             self._ending = True
             self._refuse_attaches()
-            await self._cancel_all()
-            await self._store.end_session(self.session_id)
+            if self.moved:
+                self._cancel_models()  # the tools go on: their outcomes are posted
+            else:
+                await self._flush()
+                await self._cancel_all()
+                await self._store.end_session(self.session_id)
             self.quiet.set()
             self._tell(lambda observer, now: observer.ended(now))
 
@@ -230,15 +300,80 @@ class Driver:
 
     # ----------------------------------------------------------------- events
 
-    async def _apply(self, event: Event) -> None:
-        """Give the core one event and carry out what it asks for."""
+    def _apply(self, event: Event) -> None:
+        """Give the core one event; what it asks for is done at the next ``_flush``."""
         self.session.receive(event, now=self._clock())
-        for effect in self.session.effects():
-            await self._execute(effect)
+        self._pending += self.session.effects()
+        self._changed = True
         if self.session.responding:
             self.quiet.clear()
         else:
             self.quiet.set()
+
+    async def _flush(self) -> None:
+        """Commit what the events applied since the last flush produced, then do it."""
+        self._batched = 0
+        if not self._changed or self.moved:
+            return
+        effects, self._pending, self._changed = self._pending, [], False
+        sends: list[tuple[ServerMsg, bytes]] = []
+        calls = []
+        for effect in effects:
+            if isinstance(effect, Send):
+                sends.append((effect.msg, encode(effect.msg)))
+            elif isinstance(effect, SaveCall):
+                calls.append(effect.call)
+        state = encode_state(self.session.state()) if self.lease is not None else None
+        try:
+            await self._store.commit(
+                self.session_id,
+                self.lease,
+                state=state,
+                events=[(msg.seq or 0, data) for msg, data in sends],
+                calls=calls,
+            )
+        except LeaseLost:
+            log.warning("session_lease_lost", events=len(sends))
+            self._move()
+            return
+        except StoreUnavailable as exc:
+            self._store_down(exc)
+        else:
+            if self._store_failing:
+                log.info("store_recovered")
+                self._store_failing = False
+        encoded = iter(sends)
+        for effect in effects:
+            if isinstance(effect, Send):
+                msg, data = next(encoded)
+                self._notify_sent(msg)
+                if self._conn is not None:
+                    self._conn.send(msg, data)
+            else:
+                self._execute(effect)
+
+    def _store_down(self, exc: StoreUnavailable) -> None:
+        """The store did not take a commit: the session goes on live (the next commit
+        saves the whole state again); a resume meanwhile may find a gap in the log."""
+        self._changed = self.lease is not None  # save the state at the next flush
+        if self._store_failing:
+            return
+        self._store_failing = True
+        log.warning("store_unavailable", error=str(exc))
+        if self._conn is not None:
+            error = Error(
+                code="store_unavailable",
+                message="the session store does not answer: this conversation goes on, but"
+                " a reconnect may lose events until it is back",
+                retryable=True,
+            )
+            self._conn.send(error, encode(error))
+
+    def _move(self) -> None:
+        """The session is another node's now: close the socket, stop driving."""
+        self.moved = True
+        if self._conn is not None:
+            self._conn.close(CloseCode.TAKEN_OVER, "session taken over by another node")
 
     async def _next_event(self) -> Event | _DriverEvent:
         expiry = self._expiry()
@@ -290,16 +425,55 @@ class Driver:
                 log.info("session_detached", last_seq=self.session.last_seq, ended=end)
                 self._tell(lambda observer, now: observer.detached(ended=end, now=now))
                 if end:
-                    await self._apply(Disconnected())
+                    self._apply(Disconnected())
+                    await self._flush()
             case _CloseSocket(conn=conn, code=code, reason=reason):
                 conn.close(code, reason, flush=True)
-            case _Stop():
-                await self._apply(ShuttingDown())
+            case _Stop() if self.lease is not None:
+                # Handed over as it is: the node the client reconnects to carries it on
+                # from its last durable point (a step cut here runs again there).
+                self.moved = True
                 if self._conn is not None:
                     self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
-                await self._apply(Disconnected())
+                await self._release()
+            case _Stop():
+                self._apply(ShuttingDown())
+                await self._flush()
+                if self._conn is not None:
+                    self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
+                self._apply(Disconnected())
+                await self._flush()
+            case _TakePosts():
+                await self._take_posts()
+            case _LetGo():
+                log.warning("session_lease_lost")
+                self._move()
             case _:
                 pass
+
+    async def _take_posts(self) -> None:
+        """Apply what other nodes posted for the session (tool outcomes and progress)."""
+        try:
+            posts = await self._store.take_posts(self.session_id)
+        except StoreUnavailable as exc:
+            self._store_down(exc)
+            return
+        for data in posts:
+            routed = decode_routed(data)
+            if routed is None:
+                log.error("post_unreadable", size=len(data))
+                continue
+            self._apply(routed)
+        await self._flush()
+
+    async def _release(self) -> None:
+        """Give the lease back, so that another node can take the session at once."""
+        if self.lease is None:
+            return
+        try:
+            await self._store.release(self.session_id, self.lease)
+        except StoreUnavailable as exc:  # it expires by itself
+            log.warning("lease_not_released", error=str(exc))
 
     async def _attach(self, event: _Attach) -> None:
         if event.accepted.done():  # the attaching task was cancelled (its socket went)
@@ -354,16 +528,9 @@ class Driver:
 
     # ----------------------------------------------------------------- effects
 
-    async def _execute(self, effect: Effect) -> None:
+    def _execute(self, effect: Effect) -> None:
+        """Carry out an effect other than a send (committed already, as are calls)."""
         match effect:
-            case Send(msg=msg):
-                self._notify_sent(msg)
-                data = encode(msg)
-                await self._store.append_event(self.session_id, msg.seq, data)
-                if self._conn is not None:
-                    self._conn.send(msg, data)
-            case SaveCall(call=call):
-                await self._store.save_call(self.session_id, call)
             case CallModel(step_id=step_id):
                 self._start(step_id, self._stream_model(effect))
             case RunTool(call_id=call_id):
@@ -373,6 +540,7 @@ class Driver:
                     tool=effect.tool,
                     response_id=effect.response_id,
                 )
+                self._tool_keys.add(call_id)
                 self._start(call_id, self._run_tool(effect))
             case CancelModel(step_id=key) | CancelTool(call_id=key):
                 task = self._tasks.get(key)
@@ -385,6 +553,7 @@ class Driver:
                 await work
             finally:
                 self._tasks.pop(key, None)
+                self._tool_keys.discard(key)
 
         self._tasks[key] = asyncio.create_task(tracked(), name=f"gateway:{key}")
 
@@ -411,12 +580,14 @@ class Driver:
     async def _run_tool(self, effect: RunTool) -> None:
         tool = self._server_tools.get(effect.tool)
         if tool is None:
-            self.feed(ToolFinished(call_id=effect.call_id, error="the tool has no implementation"))
+            self._report(
+                ToolFinished(call_id=effect.call_id, error="the tool has no implementation")
+            )
             return
         started = self._clock()
         call_id = effect.call_id
         progress = Progress(
-            lambda payload: self.feed(ToolProgress(call_id=call_id, payload=payload))
+            lambda payload: self._report(ToolProgress(call_id=call_id, payload=payload))
         )
         try:
             output = await tool.invoke(effect.args, progress)
@@ -424,7 +595,7 @@ class Driver:
             log.warning(
                 "tool_raised", call_id=effect.call_id, tool=effect.tool, error=type(exc).__name__
             )
-            self.feed(ToolFinished(call_id=effect.call_id, error=f"{type(exc).__name__}: {exc}"))
+            self._report(ToolFinished(call_id=effect.call_id, error=f"{type(exc).__name__}: {exc}"))
         else:
             log.info(
                 "tool_returned",
@@ -432,7 +603,30 @@ class Driver:
                 tool=effect.tool,
                 duration_ms=round((self._clock() - started) * 1000, 1),
             )
-            self.feed(ToolFinished(call_id=effect.call_id, output=output))
+            self._report(ToolFinished(call_id=effect.call_id, output=output))
+
+    def _report(self, event: ToolFinished | ToolProgress) -> None:
+        """A server tool's outcome or progress: for this driver, or, once the session
+        moved to another node, posted to its inbox there."""
+        if not self.moved:
+            self.feed(event)
+            return
+        task = asyncio.create_task(self._post(event), name=f"gateway:post:{event.call_id}")
+        _POSTING.add(task)
+        task.add_done_callback(_POSTING.discard)
+
+    async def _post(self, event: ToolFinished | ToolProgress) -> None:
+        try:
+            await self._store.post(self.session_id, encode_routed(event))
+        except StoreUnavailable as exc:
+            log.warning("tool_outcome_not_posted", call_id=event.call_id, error=str(exc))
+        else:
+            log.info("tool_outcome_posted", call_id=event.call_id)
+
+    def _cancel_models(self) -> None:
+        for key, task in self._tasks.items():
+            if key not in self._tool_keys:
+                task.cancel()
 
     async def _cancel_all(self) -> None:
         tasks = list(self._tasks.values())

@@ -55,7 +55,7 @@ class ModelFailed(msgspec.Struct, frozen=True):
     retryable: bool = True
 
 
-class ToolFinished(msgspec.Struct, frozen=True, kw_only=True):
+class ToolFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_finished"):
     """A server tool returned (``output``) or raised (``error``)."""
 
     call_id: str
@@ -63,7 +63,7 @@ class ToolFinished(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
+class ToolProgress(msgspec.Struct, frozen=True, kw_only=True, tag="tool_progress"):
     """A running server tool reported progress (any JSON value)."""
 
     call_id: str

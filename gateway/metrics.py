@@ -134,6 +134,16 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.sessions_adopted = Counter(
+            "gateway_sessions_adopted",
+            "Sessions this node took over from the store (another node drove them before).",
+            registry=registry,
+        )
+        self.sessions_moved = Counter(
+            "gateway_sessions_moved",
+            "Sessions that left this node alive: taken over elsewhere, or handed over at shutdown.",
+            registry=registry,
+        )
 
     def observer(self) -> MetricsObserver:
         """A new observer for one session."""
@@ -151,6 +161,12 @@ class Metrics:
     def note_retry(self, provider: str, reason: str) -> None:
         """Count a retried model request (``reason``: ``http_429``, ``ConnectError``...)."""
         self.provider_retries.labels(provider=provider, reason=reason).inc()
+
+    def note_adoption(self) -> None:
+        self.sessions_adopted.inc()
+
+    def note_moved(self) -> None:
+        self.sessions_moved.inc()
 
     def render(self) -> bytes:
         """The metrics in Prometheus' text format (content type ``CONTENT_TYPE``)."""

@@ -189,11 +189,7 @@ async def _open(
         conn.close(CloseCode.POLICY, "message flood")
         return None
     if isinstance(first, SessionResume):
-        found = await runtime.find_session(first, principal.name)
-        if isinstance(found, tuple):  # a ResumeRefusal
-            await _refuse(runtime, conn, found.code, found.reason, label=found.label)
-            return None
-        return await _attach(runtime, conn, found, first.last_seq)
+        return await _resume(runtime, conn, first, principal)
     try:
         driver = await runtime.start_session(principal)
     except TooManySessions as exc:
@@ -203,6 +199,26 @@ async def _open(
         return None
     driver.feed(first)
     return driver
+
+
+async def _resume(
+    runtime: Runtime, conn: Connection, msg: SessionResume, principal: Principal
+) -> Driver | None:
+    """Attach ``conn`` to the session ``msg`` names, wherever it was driven: a session
+    that left this node meanwhile (another node took its lease, or this one handed it
+    over) is taken over again from the store, once."""
+    for _ in range(2):
+        found = await runtime.find_session(msg, principal.name)
+        if isinstance(found, tuple):  # a ResumeRefusal
+            await _refuse(runtime, conn, found.code, found.reason, label=found.label)
+            return None
+        if await found.attach(conn, msg.last_seq):
+            return found
+        if not found.moved:
+            break
+    reason = "session ended or expired"
+    await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
+    return None
 
 
 async def _attach(
