@@ -166,6 +166,9 @@ class Driver:
         """Effects of the events applied since the last commit, in order."""
         self._changed = False
         """An event was applied since the last commit (the state is to be saved)."""
+        self._uncommitted_outcomes: list[ToolFinished | ToolProgress] = []
+        """Server tools' outcomes applied since the last commit: should the commit fail
+        for a lost lease, they are posted to the session's new owner."""
         self._batched = 0
         self._store_failing = False
         """The last commit failed: the client was told (``store_unavailable``)."""
@@ -305,6 +308,8 @@ class Driver:
         self.session.receive(event, now=self._clock())
         self._pending += self.session.effects()
         self._changed = True
+        if isinstance(event, ToolFinished | ToolProgress):
+            self._uncommitted_outcomes.append(event)
         if self.session.responding:
             self.quiet.clear()
         else:
@@ -316,6 +321,7 @@ class Driver:
         if not self._changed or self.moved:
             return
         effects, self._pending, self._changed = self._pending, [], False
+        outcomes, self._uncommitted_outcomes = self._uncommitted_outcomes, []
         sends: list[tuple[ServerMsg, bytes]] = []
         calls = []
         for effect in effects:
@@ -335,6 +341,8 @@ class Driver:
         except LeaseLost:
             log.warning("session_lease_lost", events=len(sends))
             self._move()
+            for outcome in outcomes:  # applied here in vain: the session's owner needs them
+                self._report(outcome)
             return
         except StoreUnavailable as exc:
             self._store_down(exc)

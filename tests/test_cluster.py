@@ -1,0 +1,161 @@
+"""Sessions that move between gateway nodes sharing one real redis-server.
+
+Two gateways run in this process, each with its own runtime, store client and port,
+on one redis-server: the client resumes on the other node and the session carries on
+there (replay, open calls, async results, a result raced on both nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from client_sdk import connect_raw
+from gateway.protocol import (
+    ResponseCreated,
+    ResponseDone,
+    SessionResume,
+    SessionResumed,
+    TextDelta,
+    TextDone,
+    ToolCalls,
+    ToolResult,
+    ToolResults,
+    ToolStatus,
+    UserMessage,
+)
+from tests.data.tools import gate, reset_gates, runs
+from tests.redis_server import RedisServer, redis_server
+from tests.support import Gateway, ResumingClient, serving
+
+LEASE_TTL = 1.0
+"""Short, so that a node that lost a session learns it within a third of a second."""
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+async def nodes(redis: RedisServer) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    reset_gates()
+    runs.clear()
+    async with AsyncExitStack() as stack:
+        a, b = [
+            await stack.enter_async_context(
+                serving(store=redis.url, node_id=name, lease_ttl=LEASE_TTL)
+            )
+            for name in ("node-a", "node-b")
+        ]
+        yield a, b
+
+
+async def until(client: ResumingClient, kind: type) -> list[object]:
+    events = []
+    async with asyncio.timeout(10):
+        while True:
+            event = await client.next()
+            events.append(event)
+            if isinstance(event, kind):
+                return events
+
+
+def text_of(events: list[object]) -> str:
+    return "".join(e.delta for e in events if isinstance(e, TextDelta))
+
+
+async def test_a_client_resumes_on_another_node_and_gets_what_it_missed(nodes):
+    a, b = nodes
+    client = ResumingClient(a.url)
+    await client.start()
+    await client.send(UserMessage(text="echo one two three four"))
+    first = await until(client, TextDelta)  # part of the answer, then the socket is cut
+    await client.drop()
+    client.url = b.url
+    resumed = await client.resume()
+    assert resumed.last_seq >= client.last_seq
+    rest = await until(client, ResponseDone)
+    assert text_of(first + rest) == "one two three four"
+    await client.send(UserMessage(text="echo on node b"))
+    events = await until(client, ResponseDone)
+    assert text_of(events) == "on node b"
+    assert client.session_id in b.runtime.drivers
+    await client.close()
+
+
+async def test_a_client_call_open_on_one_node_is_answered_on_another(nodes):
+    a, b = nodes
+    client = ResumingClient(a.url)
+    await client.start()
+    await client.send(UserMessage(text="one"))
+    events = await until(client, ToolCalls)
+    (call,) = next(e for e in events if isinstance(e, ToolCalls)).calls
+    await client.drop()
+    client.url = b.url
+    resumed = await client.resume()
+    assert [c.call_id for c in resumed.open_calls] == [call.call_id]
+    result = ToolResult(call_id=call.call_id, tool="device_a", output={"value": "x"})
+    await client.send(ToolResults(results=[result]))
+    events = await until(client, ResponseDone)
+    assert "A=x" in [e.text for e in events if isinstance(e, TextDone)]
+    await client.close()
+
+
+async def test_an_async_result_finishing_on_the_old_node_reaches_the_new_one(nodes):
+    a, b = nodes
+    client = ResumingClient(a.url)
+    await client.start()
+    await client.send(UserMessage(text="order 42"))
+    await until(client, ResponseDone)  # the model got {"status": "pending"}
+    await client.drop()
+    client.url = b.url
+    await client.resume()
+    gate("order:42").set()  # the tool runs on node a: its outcome is posted to node b
+    events = await until(client, ResponseDone)
+    created = next(e for e in events if isinstance(e, ResponseCreated))
+    assert created.call_id is not None
+    statuses = [e for e in events if isinstance(e, ToolStatus)]
+    assert [s.status for s in statuses] == ["completed"]
+    assert runs["lookup:42"] == 1
+    await client.close()
+
+
+async def test_the_same_result_sent_to_two_nodes_at_once_applies_once(nodes):
+    a, b = nodes
+    client = ResumingClient(a.url)
+    await client.start()
+    await client.send(UserMessage(text="one"))
+    events = await until(client, ToolCalls)
+    (call,) = next(e for e in events if isinstance(e, ToolCalls)).calls
+    result = ToolResults(
+        results=[ToolResult(call_id=call.call_id, tool="device_a", output={"value": "x"})]
+    )
+    async with connect_raw(b.url) as other:
+        # The client's second socket takes the session over on node b while its first,
+        # on node a, sends the same result at the same moment.
+        await other.send(
+            SessionResume(
+                session_id=client.session_id, resume_token=client.token, last_seq=client.last_seq
+            )
+        )
+        assert isinstance(await other.recv(), SessionResumed)
+        await asyncio.gather(client.send(result), other.send(result))
+        texts: list[str] = []
+        statuses: list[str] = []
+        async with asyncio.timeout(10):
+            while True:
+                event = await other.recv()
+                if isinstance(event, ToolStatus):
+                    statuses.append(event.status if not event.duplicate else "duplicate")
+                if isinstance(event, TextDone):
+                    texts.append(event.text)
+                if isinstance(event, ResponseDone):
+                    break
+        assert statuses.count("completed") == 1
+        assert texts == ["A=x"]
