@@ -71,6 +71,37 @@ async def test_60_oversized_results_leave_memory_flat():
     assert history_size < 60 * 300, history_size
 
 
+async def test_60_accepted_1_mib_results_leave_memory_within_the_documented_bound():
+    # The cap raised above 1 MiB: every result is kept, in the transcript until the
+    # history budget drops its turn, and the scripted model says it back (1 MiB of text
+    # in the replay log). The call ledger keeps no payload once the model has it.
+    overrides = {"ws_max_size": 4 * MIB, "max_tool_result_size": 2 * MIB}
+    async with serving(**overrides) as gateway, session(gateway.url) as (conn, _):
+        tracemalloc.start()
+        try:
+            for _ in range(5):
+                await _answer_big(conn)
+            gateway.model.requests.clear()  # the test's own recording of what the model saw
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(55):
+                events = await _answer_big(conn)
+                assert streamed_text(events) == "A=" + BIG_OUTPUT["value"]
+                gateway.model.requests.clear()
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        (driver,) = gateway.runtime.drivers.values()
+        kept_calls = driver.session.state().calls
+    print(f"memory grown over 55 accepted 1 MiB results: {grown} bytes")
+    # The documented bound (docs/limits.md): transcript max_history_chars plus the turn in
+    # progress (2 MiB: the result and its echo), replay log replay_max_size (4 MiB), the
+    # ledger without payloads. Kept whole, 55 results would be 110 MiB.
+    assert grown < 8 * MIB, grown
+    assert all(c.output is None and not c.args for c in kept_calls if c.settled)
+
+
 async def test_a_long_conversation_stays_within_the_history_budget():
     budget = 2_000
     async with serving(max_history_chars=budget) as gateway, session(gateway.url) as (conn, _):
