@@ -232,6 +232,7 @@ class Runtime:
             session_ttl=config.session_ttl,
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
             check_schemas=self.schema_worker.check,
+            max_client_events=config.max_inbound_queue,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()

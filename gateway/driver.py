@@ -13,6 +13,7 @@ no connection for ``session_ttl`` ends.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -92,7 +93,45 @@ class _CloseSocket(msgspec.Struct, frozen=True):
     reason: str
 
 
+class _FromClient(msgspec.Struct, frozen=True):
+    """A frame the client sent, counted against the session's client backlog."""
+
+    event: Event
+
+
 _DriverEvent = _Attach | _Detach | _Stop | _CloseSocket
+
+_MODEL_BACKLOG = 256
+"""Model events that may wait in a session's queue; a faster model stream waits for room."""
+
+
+class _Backlog:
+    """How many events of one kind wait in the driver's queue; ``room`` is clear while
+    ``limit`` of them wait, so that their producer waits rather than grow the queue."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.queued = 0
+        self.peak = 0
+        """The most that waited at once so far (tests check the bound)."""
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def add(self) -> None:
+        self.queued += 1
+        self.peak = max(self.peak, self.queued)
+        if self.queued >= self._limit:
+            self.room.clear()
+
+    def took(self) -> None:
+        self.queued -= 1
+        if self.queued < self._limit:
+            self.room.set()
+
+    def open(self) -> None:
+        """No bound any more: the session ended; whoever waits goes on (to drop its event)."""
+        self._limit = sys.maxsize
+        self.room.set()
 
 
 class Driver:
@@ -110,6 +149,8 @@ class Driver:
         check_schemas: checks the client-function schemas a ``session.start`` or
             ``session.update`` declares, off the event loop, before the core sees it (the
             core then finds them checked); without it, the core checks them itself.
+        max_client_events: client frames that may wait in the session's queue (see
+            ``feed_client``).
     """
 
     def __init__(
@@ -123,6 +164,7 @@ class Driver:
         clock: Callable[[], float] = time.time,
         observers: Sequence[SessionObserver] | None = None,
         check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+        max_client_events: int = 256,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -131,7 +173,9 @@ class Driver:
         self._ttl = session_ttl
         self._clock = clock
         self._check_schemas = check_schemas
-        self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
+        self._events: asyncio.Queue[Event | _DriverEvent | _FromClient] = asyncio.Queue()
+        self._client_backlog = _Backlog(max_client_events)
+        self._model_backlog = _Backlog(_MODEL_BACKLOG)
         self._ticked_for: float | None = None
         """The passed deadline last given a ``Tick`` ahead of waiting events."""
         self._unyielded = 0
@@ -167,6 +211,26 @@ class Driver:
     def feed(self, event: Event) -> None:
         """Queue an event for the session (from any task of this loop)."""
         self._events.put_nowait(event)
+
+    @property
+    def client_room(self) -> asyncio.Event:
+        """Set while the session's queue has room for another client frame (and once the
+        session has ended): a socket's pump waits for it before ``feed_client``."""
+        return self._client_backlog.room
+
+    @property
+    def client_backlog_peak(self) -> int:
+        """The most client frames that waited in the session's queue at once so far."""
+        return self._client_backlog.peak
+
+    def feed_client(self, event: Event) -> None:
+        """Queue a frame a client sent, counted against ``max_client_events``; the caller
+        waits for ``client_room`` first. Model output, tool outcomes and sockets coming and
+        going (``feed``, ``attach``...) are never held back by client frames."""
+        if self._ending:
+            return  # nobody applies it any more
+        self._client_backlog.add()
+        self._events.put_nowait(_FromClient(event))
 
     async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
         """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
@@ -204,6 +268,11 @@ class Driver:
         try:
             while not self.session.closed:
                 event = await self._next_event()
+                if isinstance(event, _FromClient):
+                    self._client_backlog.took()
+                    event = event.event
+                elif isinstance(event, ModelOutput):
+                    self._model_backlog.took()
                 if isinstance(event, _Attach | _Detach | _Stop | _CloseSocket):
                     await self._handle(event)
                     continue
@@ -216,6 +285,7 @@ class Driver:
             # No await before the queue is drained: an attach queued later is refused at once.
             self._ending = True
             self._refuse_attaches()
+            self._client_backlog.open()
             await self._cancel_all()
             await self._store.end_session(self.session_id)
             self.quiet.set()
@@ -240,7 +310,7 @@ class Driver:
         else:
             self.quiet.set()
 
-    async def _next_event(self) -> Event | _DriverEvent:
+    async def _next_event(self) -> Event | _DriverEvent | _FromClient:
         expiry = self._expiry()
         due = self.session.next_deadline()
         if not self._events.empty():
@@ -393,7 +463,10 @@ class Driver:
         finished = False
         try:
             async for event in self._provider.stream(effect.request):
+                self._model_backlog.add()
                 self.feed(ModelOutput(step_id, event))
+                if not self._model_backlog.room.is_set():
+                    await self._model_backlog.room.wait()  # a fast model waits for the session
                 finished = isinstance(event, ModelFinish)
                 if finished:
                     break
