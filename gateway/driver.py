@@ -13,7 +13,6 @@ no connection for ``session_ttl`` ends.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.inbox import Backlog
 from gateway.model import ModelFinish
 from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
@@ -105,35 +105,6 @@ _MODEL_BACKLOG = 256
 """Model events that may wait in a session's queue; a faster model stream waits for room."""
 
 
-class _Backlog:
-    """How many events of one kind wait in the driver's queue; ``room`` is clear while
-    ``limit`` of them wait, so that their producer waits rather than grow the queue."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self.queued = 0
-        self.peak = 0
-        """The most that waited at once so far (tests check the bound)."""
-        self.room = asyncio.Event()
-        self.room.set()
-
-    def add(self) -> None:
-        self.queued += 1
-        self.peak = max(self.peak, self.queued)
-        if self.queued >= self._limit:
-            self.room.clear()
-
-    def took(self) -> None:
-        self.queued -= 1
-        if self.queued < self._limit:
-            self.room.set()
-
-    def open(self) -> None:
-        """No bound any more: the session ended; whoever waits goes on (to drop its event)."""
-        self._limit = sys.maxsize
-        self.room.set()
-
-
 class Driver:
     """Runs one Session for its whole life, across sockets.
 
@@ -174,8 +145,8 @@ class Driver:
         self._clock = clock
         self._check_schemas = check_schemas
         self._events: asyncio.Queue[Event | _DriverEvent | _FromClient] = asyncio.Queue()
-        self._client_backlog = _Backlog(max_client_events)
-        self._model_backlog = _Backlog(_MODEL_BACKLOG)
+        self._client_backlog = Backlog(max_client_events)
+        self._model_backlog = Backlog(_MODEL_BACKLOG)
         self._ticked_for: float | None = None
         """The passed deadline last given a ``Tick`` ahead of waiting events."""
         self._unyielded = 0

@@ -9,10 +9,11 @@ never waits for room.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from typing import Generic, TypeVar
 
-__all__ = ["Inbox"]
+__all__ = ["Backlog", "Inbox"]
 
 T = TypeVar("T")
 
@@ -84,3 +85,35 @@ class Inbox(Generic[T]):
         item = self._items.popleft()
         self._room.set()
         return item
+
+
+class Backlog:
+    """How many items of one kind wait in a queue shared with others (a session's events);
+    ``room`` is clear while ``limit`` of them wait, so that their producer waits rather than
+    grow the queue. The consumer calls ``took`` for each it takes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.queued = 0
+        self.peak = 0
+        """The most that waited at once so far (tests check the bound)."""
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def add(self) -> None:
+        """Count one more waiting item (its producer then waits for ``room``)."""
+        self.queued += 1
+        self.peak = max(self.peak, self.queued)
+        if self.queued >= self._limit:
+            self.room.clear()
+
+    def took(self) -> None:
+        """Count one item taken."""
+        self.queued -= 1
+        if self.queued < self._limit:
+            self.room.set()
+
+    def open(self) -> None:
+        """No bound any more: the session ended; whoever waits goes on (to drop its event)."""
+        self._limit = sys.maxsize
+        self.room.set()
