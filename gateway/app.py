@@ -271,6 +271,7 @@ class Runtime:
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
             check_schemas=self.schema_worker.check,
             lease=lease,
+            max_client_events=self.config.max_inbound_queue,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()

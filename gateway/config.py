@@ -103,6 +103,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Frames a socket may send at once above the rate (the token bucket's size). A client
     that sends this many more frames over the limit in a row is closed with 1008
     ("message flood"). ``None`` disables the limit."""
+    max_inbound_queue: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """Frames read from a socket that wait for its session, at most; as many more may wait
+    in the session's own queue. Past that the gateway stops reading the socket until the
+    session catches up (TCP back-pressure: the client's sends block; nothing is dropped)."""
     tool_schema_max_size: int | None = 16 * 2**10
     """Largest JSON Schema (input or output) of one client function, in bytes of JSON;
     ``None`` disables the limit."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
 from gateway.errors import CloseCode
+from gateway.inbox import Inbox
 from gateway.outqueue import OutboundQueue
 from gateway.protocol import Pong, ServerMsg
 
@@ -74,6 +75,9 @@ class Connection:
         self.close_code: int | None = None
         self.pongs_owed = 0
         """Pings read from this socket whose pong is not queued yet (see ``_Reader``)."""
+        self.inbox: Inbox[Any] | None = None
+        """Frames read from this socket, not yet handed to its session (set by the
+        transport's reader; probes and tests read its size)."""
         self._loop = asyncio.get_running_loop()
         self._sending_since: float | None = None
         """When the send under way started (loop time), if one is."""

@@ -51,6 +51,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
+from gateway.inbox import Backlog
 from gateway.model import ModelFinish
 from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
@@ -119,7 +120,16 @@ class _CloseSocket(msgspec.Struct, frozen=True):
     reason: str
 
 
+class _FromClient(msgspec.Struct, frozen=True):
+    """A frame the client sent, counted against the session's client backlog."""
+
+    event: Event
+
+
 _DriverEvent = _Attach | _Detach | _Stop | _CloseSocket | _TakePosts | _LetGo
+
+_MODEL_BACKLOG = 256
+"""Model events that may wait in a session's queue; a faster model stream waits for room."""
 
 
 class Driver:
@@ -139,6 +149,8 @@ class Driver:
             core then finds them checked); without it, the core checks them itself.
         lease: the session's lease, with a durable store: every commit saves the whole
             state under it. ``None`` (the memory store, one node) saves events and calls.
+        max_client_events: client frames that may wait in the session's queue (see
+            ``feed_client``).
     """
 
     def __init__(
@@ -153,6 +165,7 @@ class Driver:
         observers: Sequence[SessionObserver] | None = None,
         check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
         lease: Lease | None = None,
+        max_client_events: int = 256,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -175,7 +188,9 @@ class Driver:
         self.moved = False
         """The session left this node (lease lost, or handed over at shutdown): it goes on
         elsewhere, so it is not ended here."""
-        self._events: asyncio.Queue[Event | _DriverEvent] = asyncio.Queue()
+        self._events: asyncio.Queue[Event | _DriverEvent | _FromClient] = asyncio.Queue()
+        self._client_backlog = Backlog(max_client_events)
+        self._model_backlog = Backlog(_MODEL_BACKLOG)
         self._ticked_for: float | None = None
         """The passed deadline last given a ``Tick`` ahead of waiting events."""
         self._unyielded = 0
@@ -213,6 +228,26 @@ class Driver:
     def feed(self, event: Event) -> None:
         """Queue an event for the session (from any task of this loop)."""
         self._events.put_nowait(event)
+
+    @property
+    def client_room(self) -> asyncio.Event:
+        """Set while the session's queue has room for another client frame (and once the
+        session has ended): a socket's pump waits for it before ``feed_client``."""
+        return self._client_backlog.room
+
+    @property
+    def client_backlog_peak(self) -> int:
+        """The most client frames that waited in the session's queue at once so far."""
+        return self._client_backlog.peak
+
+    def feed_client(self, event: Event) -> None:
+        """Queue a frame a client sent, counted against ``max_client_events``; the caller
+        waits for ``client_room`` first. Model output, tool outcomes and sockets coming and
+        going (``feed``, ``attach``...) are never held back by client frames."""
+        if self._ending:
+            return  # nobody applies it any more
+        self._client_backlog.add()
+        self._events.put_nowait(_FromClient(event))
 
     async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
         """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
@@ -267,6 +302,11 @@ class Driver:
                 await self._take_posts()
             while not self.session.closed and not self.moved:
                 event = await self._next_event()
+                if isinstance(event, _FromClient):
+                    self._client_backlog.took()
+                    event = event.event
+                elif isinstance(event, ModelOutput):
+                    self._model_backlog.took()
                 if isinstance(
                     event, _Attach | _Detach | _Stop | _CloseSocket | _TakePosts | _LetGo
                 ):
@@ -285,6 +325,7 @@ class Driver:
             # No await before the queue is drained: an attach queued later is refused at once.
             self._ending = True
             self._refuse_attaches()
+            self._client_backlog.open()
             if self.moved:
                 self._cancel_models()  # the tools go on: their outcomes are posted
             else:
@@ -383,7 +424,7 @@ class Driver:
         if self._conn is not None:
             self._conn.close(CloseCode.TAKEN_OVER, "session taken over by another node")
 
-    async def _next_event(self) -> Event | _DriverEvent:
+    async def _next_event(self) -> Event | _DriverEvent | _FromClient:
         expiry = self._expiry()
         due = self.session.next_deadline()
         if not self._events.empty():
@@ -570,7 +611,10 @@ class Driver:
         finished = False
         try:
             async for event in self._provider.stream(effect.request):
+                self._model_backlog.add()
                 self.feed(ModelOutput(step_id, event))
+                if not self._model_backlog.room.is_set():
+                    await self._model_backlog.room.wait()  # a fast model waits for the session
                 finished = isinstance(event, ModelFinish)
                 if finished:
                     break

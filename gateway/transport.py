@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket, WebSocketState
 from gateway.auth import AuthError
 from gateway.connection import ABORT_SCOPE_KEY, Connection
 from gateway.errors import CloseCode, TooManySessions
+from gateway.inbox import Inbox
 from gateway.principal import Principal
 from gateway.protocol import (
     SUBPROTOCOL,
@@ -114,6 +115,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
         conn,
         rate=runtime.config.max_messages_per_second,
         burst=runtime.config.max_message_burst,
+        max_queued=runtime.config.max_inbound_queue,
     )
     try:
         driver = await _open(runtime, conn, reader, principal)
@@ -234,7 +236,11 @@ async def _attach(
 
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
-    """Feed frames to the driver until the socket or the connection ends."""
+    """Feed frames to the driver until the socket or the connection ends.
+
+    While the session's queue holds its most client frames, the pump waits for room; the
+    reader's inbox fills meanwhile, and then the reader stops reading the socket.
+    """
 
     async def end_when_closed() -> None:
         await conn.done.wait()
@@ -251,9 +257,23 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
                 except TimeoutError:  # the session ended meanwhile: close it here
                     conn.close(CloseCode.POLICY, "message flood")
                 return
-            driver.feed(message)
+            if not driver.client_room.is_set():
+                await _first(driver.client_room, conn.close_requested, conn.done)
+                if conn.closing or conn.done.is_set():
+                    return  # the socket's unread frames are dropped, as ``reader.end`` does
+            driver.feed_client(message)
     finally:
         watcher.cancel()
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 class _TokenBucket:
@@ -277,7 +297,10 @@ class _TokenBucket:
 
 
 class _Reader:
-    """Reads a socket's frames, decoded, into a queue; ``None`` marks the end.
+    """Reads a socket's frames, decoded, into a bounded inbox; ``None`` marks the end.
+
+    With ``max_queued`` frames unread the reader waits for room and reads nothing meanwhile
+    (nor does the server: the client's sends block on TCP), rather than grow the queue.
 
     Nothing a client sends can end the reader: every frame becomes a message or a
     ``DecodeFailure``. Frames over the socket's rate limit (a ping sent after the previous
@@ -288,11 +311,18 @@ class _Reader:
     """
 
     def __init__(
-        self, websocket: WebSocket, conn: Connection, *, rate: float | None, burst: int | None
+        self,
+        websocket: WebSocket,
+        conn: Connection,
+        *,
+        rate: float | None,
+        burst: int | None,
+        max_queued: int,
     ) -> None:
         self._websocket = websocket
         self._conn = conn
-        self._queue: asyncio.Queue[Inbound | DecodeFailure | None] = asyncio.Queue()
+        self._inbox: Inbox[Inbound | DecodeFailure] = Inbox(max_queued)
+        conn.inbox = self._inbox
         self._bucket = (
             _TokenBucket(rate, burst, asyncio.get_running_loop().time)
             if rate is not None and burst is not None
@@ -322,7 +352,7 @@ class _Reader:
                 # every other frame, count against the rate.
                 free = isinstance(peeked, Ping) and self._conn.pongs_owed == 0
                 if self._bucket is not None and not free and not self._bucket.take():
-                    if not self._refuse(peeked):
+                    if not await self._refuse(peeked):
                         return
                     continue
                 if isinstance(peeked, Ping):
@@ -331,24 +361,26 @@ class _Reader:
                     self._refused_in_a_row = 0
                 if peeked is None:
                     peeked = _BINARY if text is None else decode_client(text)
-                self._queue.put_nowait(peeked)
+                if not await self._inbox.put(peeked):
+                    return  # ended by the server meanwhile
         except Exception:
             log.exception("frame_reader_failed")
             self._conn.close(CloseCode.INTERNAL)  # our bug: no reason text
         finally:
-            self._queue.put_nowait(None)
+            self._inbox.close()
 
-    def _refuse(self, peeked: Inbound | DecodeFailure | None) -> bool:
-        """Answer a frame over the rate limit; ``False`` once the client floods."""
+    async def _refuse(self, peeked: Inbound | DecodeFailure | None) -> bool:
+        """Answer a frame over the rate limit; ``False`` once the client floods (or the
+        reader was ended meanwhile)."""
         self._refused_in_a_row += 1
         if self._refused_in_a_row > self._flood_after:
             log.warning("message_flood_closed", refused=self._refused_in_a_row)
-            self._queue.put_nowait(_FLOODED)
+            self._inbox.close(_FLOODED)  # the last item: the end of a flood needs no room
             return False
         in_reply_to = peeked.in_reply_to if isinstance(peeked, DecodeFailure) else None
         if peeked is not None and not isinstance(peeked, DecodeFailure):
             in_reply_to = peeked.id
-        self._queue.put_nowait(
+        return await self._inbox.put(
             DecodeFailure(
                 code="rate_limited",
                 message="too many messages per second: this one was dropped",
@@ -356,20 +388,14 @@ class _Reader:
                 retryable=True,
             )
         )
-        return True
 
     def end(self) -> None:
         """Drop what is unread: ``next`` returns ``None`` from now on."""
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self._queue.put_nowait(None)
+        self._inbox.drop()
 
     async def next(self) -> Inbound | DecodeFailure | None:
         """The next frame, or ``None`` once the socket is gone (for good)."""
-        message = await self._queue.get()
-        if message is None:
-            self._queue.put_nowait(None)
-        return message
+        return await self._inbox.get()
 
     async def aclose(self) -> None:
         self._task.cancel()
