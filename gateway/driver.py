@@ -314,7 +314,7 @@ class Driver:
                     await self._handle(event)
                     continue
                 if isinstance(event, Ack):
-                    await self._store.trim_events(self.session_id, event.seq)
+                    await self._trim(event.seq)
                 if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
                     await self._check_schemas(self.session.declared_schemas(event))
                 self._apply(event)
@@ -331,7 +331,7 @@ class Driver:
             else:
                 await self._flush()
                 await self._cancel_all()
-                await self._store.end_session(self.session_id)
+                await self._end_in_store()
             self.quiet.set()
             self._tell(lambda observer, now: observer.ended(now))
 
@@ -515,6 +515,19 @@ class Driver:
             self._apply(routed)
         await self._flush()
 
+    async def _trim(self, upto_seq: int) -> None:
+        """The client has every event up to ``upto_seq``: the log may drop them."""
+        try:
+            await self._store.trim_events(self.session_id, upto_seq)
+        except StoreUnavailable as exc:  # they go with a later ack, or with the session
+            self._store_down(exc)
+
+    async def _end_in_store(self) -> None:
+        try:
+            await self._store.end_session(self.session_id)
+        except StoreUnavailable as exc:  # its keys expire by themselves
+            log.warning("session_not_ended_in_store", error=str(exc))
+
     async def _release(self) -> None:
         """Give the lease back, so that another node can take the session at once."""
         if self.lease is None:
@@ -547,9 +560,17 @@ class Driver:
         """Send a resuming client what it missed, before any live event."""
         now = self._clock()
         head = self.session.last_seq
-        events = (
-            await self._store.events_after(self.session_id, last_seq) if last_seq <= head else None
-        )
+        try:
+            events = (
+                await self._store.events_after(self.session_id, last_seq)
+                if last_seq <= head
+                else None
+            )
+        except StoreUnavailable as exc:  # the live session rebuilds the client instead
+            self._store_down(exc)
+            events = None
+        if events is not None and len(events) != head - last_seq:
+            events = None  # a hole: events the store did not take while it was down
         if events is None:
             log.info("resume_gap", last_seq=last_seq, head=head)
             why = (

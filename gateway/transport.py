@@ -25,7 +25,7 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from gateway.auth import AuthError
 from gateway.connection import ABORT_SCOPE_KEY, Connection
-from gateway.errors import CloseCode, TooManySessions
+from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.inbox import Inbox
 from gateway.principal import Principal
 from gateway.protocol import (
@@ -194,8 +194,8 @@ async def _open(
         return await _resume(runtime, conn, first, principal)
     try:
         driver = await runtime.start_session(principal)
-    except TooManySessions as exc:
-        await _refuse(runtime, conn, exc.close_code, str(exc), label=exc.label)
+    except (TooManySessions, StoreUnavailable) as exc:
+        await _refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
         return None
     if await _attach(runtime, conn, driver, None) is None:
         return None
@@ -210,7 +210,11 @@ async def _resume(
     that left this node meanwhile (another node took its lease, or this one handed it
     over) is taken over again from the store, once."""
     for _ in range(2):
-        found = await runtime.find_session(msg, principal.name)
+        try:
+            found = await runtime.find_session(msg, principal.name)
+        except StoreUnavailable as exc:
+            await _refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
+            return None
         if isinstance(found, tuple):  # a ResumeRefusal
             await _refuse(runtime, conn, found.code, found.reason, label=found.label)
             return None
@@ -221,6 +225,16 @@ async def _resume(
     reason = "session ended or expired"
     await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
     return None
+
+
+def _refusal_reason(exc: TooManySessions | StoreUnavailable) -> str:
+    if isinstance(exc, StoreUnavailable):
+        return "the session store does not answer; try again"  # not its URL: ours to know
+    return str(exc)
+
+
+def _label(exc: TooManySessions | StoreUnavailable) -> str:
+    return exc.label if isinstance(exc, TooManySessions) else "store_unavailable"
 
 
 async def _attach(

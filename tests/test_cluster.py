@@ -13,13 +13,17 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
+import websockets
 
 from client_sdk import connect_raw
+from gateway.errors import CloseCode
 from gateway.protocol import (
+    Error,
     ResponseCreated,
     ResponseDone,
     SessionResume,
     SessionResumed,
+    SessionStart,
     TextDelta,
     TextDone,
     ToolCalls,
@@ -30,7 +34,7 @@ from gateway.protocol import (
 )
 from tests.data.tools import gate, reset_gates, runs
 from tests.redis_server import RedisServer, redis_server
-from tests.support import Gateway, ResumingClient, serving
+from tests.support import Gateway, ResumingClient, say, serving, session, streamed_text
 
 LEASE_TTL = 1.0
 """Short, so that a node that lost a session learns it within a third of a second."""
@@ -159,3 +163,23 @@ async def test_the_same_result_sent_to_two_nodes_at_once_applies_once(nodes):
                     break
         assert statuses.count("completed") == 1
         assert texts == ["A=x"]
+
+
+async def test_with_redis_down_a_live_conversation_goes_on_and_new_sessions_get_1013(nodes, redis):
+    a, _ = nodes
+    async with session(a.url) as (conn, _created):
+        assert streamed_text(await say(conn, "echo before")) == "before"
+        redis.stop()
+        events = await say(conn, "echo during the outage")
+        errors = [e for e in events if isinstance(e, Error)]
+        assert [e.code for e in errors] == ["store_unavailable"]
+        assert errors[0].retryable
+        assert streamed_text(events) == "during the outage"
+        assert streamed_text(await say(conn, "echo still")) == "still"  # told once
+        async with connect_raw(a.url) as other:
+            await other.send(SessionStart())
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await other.recv()
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == CloseCode.TRY_AGAIN
+            assert "store" in closed.value.rcvd.reason
