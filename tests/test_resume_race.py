@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 import websockets
 
 from client_sdk import connect_raw
 from gateway.protocol import ResponseDone, SessionResume, SessionResumed, UserMessage
 from tests.data.tools import reset_gates
+from tests.redis_server import redis_server
 from tests.support import Gateway, serving, session
 
 _TTL = 0.3
@@ -45,11 +49,21 @@ async def _resume_at_the_deadline(gateway: Gateway, attempt: int, offset: float)
         # leaving: the normal close ends a resumed session
 
 
-async def test_a_resume_racing_the_ttl_is_resumed_or_refused_with_4008_never_silence():
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each store: this process's memory, and a real redis-server."""
+    if request.param == "memory":
+        yield "memory"
+        return
+    with redis_server(tmp_path) as server:
+        yield server.url
+
+
+async def test_a_resume_racing_the_ttl_is_resumed_or_refused_with_4008_never_silence(store):
     reset_gates()
     rng = random.Random(11)
     answers: list[object] = []
-    async with serving(session_ttl=_TTL, max_sockets_per_ip=None) as gateway:
+    async with serving(session_ttl=_TTL, max_sockets_per_ip=None, store=store) as gateway:
         for first in range(0, _ATTEMPTS, _BATCH):
             answers += await asyncio.gather(
                 *(
