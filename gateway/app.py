@@ -13,6 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
 import structlog
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -35,7 +36,7 @@ from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
 from gateway.origin import OriginGuard, OriginPolicy
 from gateway.principal import ANONYMOUS, Principal
-from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume
+from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume, decode_server
 from gateway.providers.base import ReportsRetries
 from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.schema_worker import SchemaWorker
@@ -86,6 +87,15 @@ class ResumeRefusal(NamedTuple):
     code: CloseCode
     reason: str
     label: str
+
+
+def _caught_up(session: Session, logged: list[bytes]) -> bool:
+    """Catch ``session`` up with events its log has after its saved state."""
+    try:
+        sent = [decode_server(data) for data in logged]
+    except msgspec.ValidationError:  # DecodeError too: not events this gateway wrote
+        return False
+    return session.catch_up(sent)
 
 
 def _check_owner(record: SessionRecord, msg: SessionResume, principal: str) -> ResumeRefusal | None:
@@ -342,9 +352,13 @@ class Runtime:
                 return expired
             state = decode_state(data)
             session = Session.restore(self._settings(ANONYMOUS), state, new_id=new_id)
+            # The text a stream sent since the state was last saved is in the log.
+            tail = await self.store.events_after(record.session_id, state.seq)
         except BaseException:
             self.sessions.release(record.principal)
             raise
+        if tail and not _caught_up(session, tail):
+            log.warning("session_log_not_caught_up", session_id=record.session_id)
         session.adopt(time.time())
         log.info("session_adopted", session_id=record.session_id, seq=state.seq)
         self.metrics.note_adoption()

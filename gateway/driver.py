@@ -52,7 +52,7 @@ from gateway.event import (
     ToolProgress,
 )
 from gateway.inbox import Backlog
-from gateway.model import ModelFinish
+from gateway.model import ModelFinish, ModelText
 from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
     Ack,
@@ -74,6 +74,12 @@ __all__ = ["Driver"]
 
 log = structlog.get_logger("gateway.driver")
 
+
+_CHECKPOINT_EVENTS = 256
+_CHECKPOINT_SIZE = 64 * 2**10
+"""With a durable store, the whole state is saved at least every this many events or
+bytes of events even while a stream only adds text (see ``Driver._checkpoint``); far
+below the log's own bounds, so the log always has what came after it."""
 
 _YIELD_EVERY = 32
 """A session applies at most this many waiting events in a row before it lets the event
@@ -182,6 +188,12 @@ class Driver:
         self._uncommitted_outcomes: list[ToolFinished | ToolProgress] = []
         """Server tools' outcomes applied since the last commit: should the commit fail
         for a lost lease, they are posted to the session's new owner."""
+        self._only_text = True
+        """Every event applied since the last commit was model text (see ``_checkpoint``)."""
+        self._since_checkpoint = 0
+        self._since_checkpoint_size = 0
+        self._checkpoint_seq = session.last_seq
+        """The ``seq`` of the last state saved: the log keeps every event after it."""
         self._batched = 0
         self._store_failing = False
         """The last commit failed: the client was told (``store_unavailable``)."""
@@ -349,6 +361,8 @@ class Driver:
         self.session.receive(event, now=self._clock())
         self._pending += self.session.effects()
         self._changed = True
+        if not (isinstance(event, ModelOutput) and isinstance(event.event, ModelText)):
+            self._only_text = False
         if isinstance(event, ToolFinished | ToolProgress):
             self._uncommitted_outcomes.append(event)
         if self.session.responding:
@@ -370,7 +384,7 @@ class Driver:
                 sends.append((effect.msg, encode(effect.msg)))
             elif isinstance(effect, SaveCall):
                 calls.append(effect.call)
-        state = encode_state(self.session.state()) if self.lease is not None else None
+        state = self._checkpoint(sends)
         try:
             await self._store.commit(
                 self.session_id,
@@ -401,10 +415,35 @@ class Driver:
             else:
                 self._execute(effect)
 
+    def _checkpoint(self, sends: list[tuple[ServerMsg, bytes]]) -> bytes | None:
+        """The state to save with this commit, if any.
+
+        With a durable store, every commit saves the whole state but one that only adds
+        text deltas to the streaming step: the log has those, and a node taking the
+        session over catches up from it (``Session.catch_up``). So a long stream costs a
+        state write every ``_CHECKPOINT_EVENTS`` events or ``_CHECKPOINT_SIZE`` bytes,
+        not at every batch; and the log keeps what was sent since the last one.
+        """
+        only_text, self._only_text = self._only_text, True
+        if self.lease is None:
+            return None
+        self._since_checkpoint += len(sends)
+        self._since_checkpoint_size += sum(len(data) for _, data in sends)
+        if (
+            only_text
+            and self._since_checkpoint < _CHECKPOINT_EVENTS
+            and self._since_checkpoint_size < _CHECKPOINT_SIZE
+        ):
+            return None
+        self._since_checkpoint = self._since_checkpoint_size = 0
+        self._checkpoint_seq = self.session.last_seq
+        return encode_state(self.session.state())
+
     def _store_down(self, exc: StoreUnavailable) -> None:
         """The store did not take a commit: the session goes on live (the next commit
         saves the whole state again); a resume meanwhile may find a gap in the log."""
         self._changed = self.lease is not None  # save the state at the next flush
+        self._only_text = False
         if self._store_failing:
             return
         self._store_failing = True
@@ -516,7 +555,10 @@ class Driver:
         await self._flush()
 
     async def _trim(self, upto_seq: int) -> None:
-        """The client has every event up to ``upto_seq``: the log may drop them."""
+        """The client has every event up to ``upto_seq``: the log may drop them (but
+        those after the last state saved: a node taking the session over needs them)."""
+        if self.lease is not None:
+            upto_seq = min(upto_seq, self._checkpoint_seq)
         try:
             await self._store.trim_events(self.session_id, upto_seq)
         except StoreUnavailable as exc:  # they go with a later ack, or with the session

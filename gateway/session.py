@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ from gateway.protocol import (
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
+    ServerMsg,
     SessionCreated,
     SessionResume,
     SessionSnapshot,
@@ -271,6 +272,31 @@ class Session:
                 for completion in self._calls.expire_due(now):
                     self._deliver(completion)
                 self._advance_if_step_settled()
+
+    def catch_up(self, sent: Sequence[ServerMsg]) -> bool:
+        """Apply what this session sent after its state was last saved: the text deltas
+        of the step streaming then (a store saves the state at every durable point but
+        one whose only events are such deltas: the event log has them).
+
+        Returns:
+            ``False`` at the first event that is not the next delta of the streaming step
+            (the state stays as far as it got).
+        """
+        response = self._response
+        if not sent or response is None or response.step_id is None:
+            return not sent
+        # What the client had then, as one text: the rest is appended to it.
+        response.text, response.unconfirmed = [_seen_text(response)], ""
+        for msg in sent:
+            if not (
+                isinstance(msg, TextDelta)
+                and msg.response_id == response.response_id
+                and msg.seq == self._out.seq + 1
+            ):
+                return False
+            response.text.append(msg.delta)
+            self._out.seq = msg.seq
+        return True
 
     def adopt(self, now: float) -> None:
         """Carry on after the node that drove this session stopped (its state was

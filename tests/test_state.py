@@ -190,3 +190,18 @@ def test_a_step_run_again_that_says_something_else_ends_the_response_incomplete(
     assert sent[0].code == "response_interrupted"  # type: ignore[attr-defined]
     assert sent[1].status == "incomplete"  # type: ignore[attr-defined]
     assert not [m for m in sent if isinstance(m, TextDelta)]
+
+
+def test_a_state_saved_before_a_stream_catches_up_from_the_deltas_sent_since() -> None:
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="hi"))
+    h.model(ModelText(text="Hel"))
+    saved = encode_state(h.session.state())  # the last state saved; then only deltas
+    sent = h.model(ModelText(text="lo "), ModelText(text="world"))
+    restored = Session.restore(h.settings, decode_state(saved), new_id=h.new_id)
+    assert restored.catch_up(sent)
+    assert restored.state() == h.session.state()
+    # Anything but the next delta of the streaming step stops it.
+    again = Session.restore(h.settings, decode_state(saved), new_id=h.new_id)
+    assert not again.catch_up(list(reversed(sent)))
