@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -94,26 +93,27 @@ class Node:
         finally:
             sock.close()  # the node has its own copy: once it dies, the port refuses
 
-    async def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+    async def wait_ready(self) -> None:
         """Poll ``/readyz`` until it answers 200 (the store answers too).
 
         Raises:
-            AssertionError: the node exited, or was not ready within ``timeout``; with
-                its log.
+            AssertionError: the node exited, or was not ready within ``READY_TIMEOUT``
+                seconds; with its log.
         """
-        deadline = time.monotonic() + timeout
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while True:
-                assert self.alive, f"{self.name} exited ({self.returncode}):\n{self.tail()}"
-                try:
-                    if (await client.get(f"{self.url}/readyz")).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass  # not listening yet is impossible (bound), but not answering is
-                assert time.monotonic() < deadline, (
-                    f"{self.name} not ready within {timeout} s:\n{self.tail()}"
-                )
-                await asyncio.sleep(_POLL)  # polling a condition with a deadline
+        try:
+            async with asyncio.timeout(READY_TIMEOUT), httpx.AsyncClient(timeout=2.0) as client:
+                while True:
+                    assert self.alive, f"{self.name} exited ({self.returncode}):\n{self.tail()}"
+                    try:
+                        if (await client.get(f"{self.url}/readyz")).status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass  # bound, so connecting works; answering waits for the app
+                    await asyncio.sleep(_POLL)  # polling a condition, under the deadline
+        except TimeoutError:
+            raise AssertionError(
+                f"{self.name} not ready within {READY_TIMEOUT} s:\n{self.tail()}"
+            ) from None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no lease released, as when the host dies."""

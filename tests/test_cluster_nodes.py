@@ -10,19 +10,28 @@ deterministic model, so a step that runs again on another node says the same wor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from client_sdk import Conversation, connect
-from gateway.protocol import ServerMsg
+from gateway.protocol import (
+    ResponseCreated,
+    ResponseDone,
+    ServerMsg,
+    SessionResumed,
+    TextDone,
+    ToolStatus,
+)
 from gateway.redis_store import RedisStore
 from tests.cluster import Cluster
 from tests.nginx import nginx_in_front
 from tests.redis_server import RedisServer, redis_server
 
+T = TypeVar("T", bound=ServerMsg)
 WAIT = 20.0
 """Seconds any one step of a test may take (a node's death and a resume included)."""
 
@@ -82,6 +91,45 @@ def cut(conv: Conversation) -> None:
     conv._ws.transport.abort()
 
 
+async def expect(conv: Conversation, kind: type[T]) -> asyncio.Task[T]:
+    """A task that ends with the next event of ``kind`` (subscribed before this returns)."""
+
+    async def first() -> T:
+        async for event in conv.events():
+            if isinstance(event, kind):
+                return event
+        raise AssertionError("unreachable: events() ends by raising")
+
+    task = asyncio.create_task(first())
+    await asyncio.sleep(0)  # the task subscribes at its first step, before any await
+    return task
+
+
+async def collect(
+    conv: Conversation, done: Callable[[list[ServerMsg]], bool]
+) -> asyncio.Task[list[ServerMsg]]:
+    """A task gathering ``conv``'s events (subscribed before this returns) until ``done``."""
+
+    async def gather() -> list[ServerMsg]:
+        events: list[ServerMsg] = []
+        async for event in conv.events():
+            events.append(event)
+            if done(events):
+                break
+        return events
+
+    task = asyncio.create_task(gather())
+    await asyncio.sleep(0)  # the task subscribes at its first step, before any await
+    return task
+
+
+async def kill_owner(cluster: Cluster, store: RedisStore, conv: Conversation) -> Node:
+    """SIGKILL the node driving ``conv``'s session."""
+    node = cluster.node(await owner(store, conv))
+    node.kill()
+    return node
+
+
 @asynccontextmanager
 async def recording(conv: Conversation) -> AsyncIterator[list[ServerMsg]]:
     """Every event of ``conv`` from now on (subscribed at once: none is missed)."""
@@ -117,3 +165,87 @@ async def test_a_client_resumes_on_another_node_after_its_socket_is_cut(
         assert await say(conv, "echo still going") == "still going"
     adopted = [await node.metric("gateway_sessions_adopted_total") for node in cluster.nodes]
     assert sum(adopted) >= 1
+
+
+async def test_sigkill_mid_stream_the_answer_completes_through_another_node_whole(
+    cluster: Cluster, front: str, owners: RedisStore
+):
+    words = " ".join(f"word{i}" for i in range(40))  # 40 x 50 ms: a kill lands mid-stream
+    async with connect(front) as conv:
+        await conv.start()
+        got: list[str] = []
+        killed: Node | None = None
+        async with asyncio.timeout(WAIT):
+            async for delta in conv.say(f"slowly {words}"):
+                got.append(delta)
+                if len(got) == 8:
+                    killed = await kill_owner(cluster, owners, conv)
+        assert killed is not None
+        # No word twice, none missing: the step ran again on the adopting node, which sent
+        # only what the client did not have.
+        assert "".join(got) == words
+        assert len(got) == 40
+        assert conv.reconnects == 1
+        assert await owner(owners, conv) != killed.name
+        assert await say(conv, "echo and on") == "and on"
+
+
+async def test_sigkill_mid_client_call_the_call_is_answered_once_through_another_node(
+    cluster: Cluster, front: str, owners: RedisStore
+):
+    started, release = asyncio.Event(), asyncio.Event()
+    tags: list[str] = []
+    async with connect(front) as conv, recording(conv) as seen:
+
+        @conv.client_function("device")
+        async def device(tag: str) -> dict[str, str]:
+            tags.append(tag)
+            started.set()
+            await release.wait()
+            return {"value": f"v-{tag}"}
+
+        await conv.start()
+        answer = asyncio.create_task(say(conv, "ask t1"))
+        await asyncio.wait_for(started.wait(), WAIT)
+        resumed = await expect(conv, SessionResumed)
+        killed = await kill_owner(cluster, owners, conv)
+        event = await asyncio.wait_for(resumed, WAIT)
+        assert [call.tool for call in event.open_calls] == ["device"]  # offered again...
+        release.set()  # ...and answered by the run that was going on, through the new node
+        assert await answer == "asking device said v-t1"
+        assert tags == ["t1"]
+        statuses = [e for e in seen if isinstance(e, ToolStatus)]
+        assert [(s.tool, s.status, s.duplicate) for s in statuses] == [
+            ("device", "completed", False)
+        ]
+        assert await owner(owners, conv) != killed.name
+        assert await say(conv, "echo next turn") == "next turn"
+
+
+def completion_told(events: list[ServerMsg]) -> bool:
+    """The model was told of an async call's outcome and its response is done."""
+    told = {e.response_id for e in events if isinstance(e, ResponseCreated) and e.call_id}
+    return any(isinstance(e, ResponseDone) and e.response_id in told for e in events)
+
+
+async def test_sigkill_with_an_async_tool_pending_the_tool_is_not_run_again(
+    cluster: Cluster, front: str, owners: RedisStore
+):
+    async with connect(front) as conv:
+        assert await say(conv, "track p1") == "tracking p1"
+        told = await collect(conv, completion_told)
+        killed = await kill_owner(cluster, owners, conv)
+        assert await say(conv, "echo still here") == "still here"  # through another node
+        # Nobody runs the tool any more: at its deadline the adopting node fails the call
+        # and tells the model, which answers in a response of its own.
+        events = await asyncio.wait_for(told, WAIT)
+        (status,) = [e for e in events if isinstance(e, ToolStatus)]
+        assert (status.tool, status.status) == ("track", "failed")
+        assert status.error is not None
+        assert status.error.startswith("tool_timeout: the tool was running on another gateway")
+        created = next(e for e in events if isinstance(e, ResponseCreated) and e.call_id)
+        assert created.call_id == status.call_id
+        texts = [e.text for e in events if isinstance(e, TextDone)]
+        assert texts[-1] == f"tracking p1 failed: {status.error}"
+        assert cluster.run_lines() == ["track p1"]  # once, on the node that died
+        assert await owner(owners, conv) != killed.name
