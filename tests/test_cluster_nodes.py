@@ -27,7 +27,7 @@ from gateway.protocol import (
     ToolStatus,
 )
 from gateway.redis_store import RedisStore
-from tests.cluster import Cluster
+from tests.cluster import Cluster, Node
 from tests.nginx import nginx_in_front
 from tests.redis_server import RedisServer, redis_server
 
