@@ -19,6 +19,7 @@ import pytest
 
 from client_sdk import Conversation, connect
 from gateway.protocol import (
+    Error,
     ResponseCreated,
     ResponseDone,
     ServerMsg,
@@ -249,3 +250,34 @@ async def test_sigkill_with_an_async_tool_pending_the_tool_is_not_run_again(
         assert texts[-1] == f"tracking p1 failed: {status.error}"
         assert cluster.run_lines() == ["track p1"]  # once, on the node that died
         assert await owner(owners, conv) != killed.name
+
+
+def store_down(events: list[ServerMsg]) -> bool:
+    return any(isinstance(e, Error) and e.code == "store_unavailable" for e in events)
+
+
+@pytest.mark.parametrize("redis", [True], indirect=True, ids=["aof"])
+async def test_redis_restarted_mid_conversation_gives_a_clear_error_then_recovers(
+    redis: RedisServer, cluster: Cluster, front: str, owners: RedisStore
+):
+    async with connect(front) as conv:
+        assert await say(conv, "echo before") == "before"
+        first = await owner(owners, conv)
+        told = await collect(conv, store_down)
+        redis.stop()  # SIGKILL; its append-only file has every write
+        # The node goes on with the session live, and tells the client the store is down.
+        assert await say(conv, "echo while down") == "while down"
+        (error,) = [e for e in await asyncio.wait_for(told, WAIT) if isinstance(e, Error)]
+        assert error.retryable
+        assert "session store does not answer" in error.message
+        redis.start()
+        await asyncio.gather(*(node.wait_ready() for node in cluster.nodes))
+        assert await say(conv, "echo after") == "after"
+        # The store has the whole session again: a resume on another node carries it on.
+        for attempt in range(1, 6):
+            cut(conv)
+            assert await say(conv, f"echo resumed {attempt}") == f"resumed {attempt}"
+            if await owner(owners, conv) != first:
+                break
+        assert await owner(owners, conv) != first
+        assert await say(conv, "echo done") == "done"
