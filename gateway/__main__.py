@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
             default=None,
             help=help_text,
         )
+    serve.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="serve on this inherited listening socket (a file descriptor) instead of binding"
+        " --host/--port: a supervisor or a test binds the port, so no two processes race for it",
+    )
     chat = commands.add_parser("chat", help="talk to a running gateway from this terminal")
     chat.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime")
     chat.add_argument("--token", default=None, help="client token, if the gateway needs one")
@@ -77,7 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    overrides = {k: v for k, v in vars(args).items() if k != "command"}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "fd")}
+    sock = None if args.fd is None else _inherited_socket(args.fd)
+    if sock is not None:  # the socket's own address: the no-auth check must see it
+        overrides["host"], overrides["port"] = sock.getsockname()[:2]
     try:
         config = from_env(**overrides)
         configure_logging(config.log_level)
@@ -92,8 +102,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         **_serving(app.state.runtime, config),
     )
     fit_open_file_limit(config)
-    build_server(config, app).run()
+    build_server(config, app).run(sockets=None if sock is None else [sock])
     return 0
+
+
+def _inherited_socket(fd: int) -> socket.socket:
+    """The listening TCP socket a parent process handed over as file descriptor ``fd``.
+
+    ``socket.socket(fileno=...)`` reads its family and protocol from the descriptor
+    (uvicorn's own ``fd`` option takes it for a unix socket): asyncio then sets
+    TCP_NODELAY on accepted sockets, and client addresses read right.
+    """
+    sock = socket.socket(fileno=fd)
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        raise SystemExit(f"gateway: --fd {fd} is not a TCP socket")
+    return sock
 
 
 def _serving(runtime: Runtime, config: Config) -> dict[str, str | None]:

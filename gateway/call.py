@@ -62,6 +62,9 @@ class Call(msgspec.Struct, kw_only=True):
     state: CallState = CallState.REQUESTED
     dispatched: bool = False
     """It reached whoever runs it (a failed argument check stops it before that)."""
+    elsewhere: bool = False
+    """A server tool started by another gateway node, which this session left (it was
+    adopted here): its outcome comes only if that node lives to post it."""
     output: Any = None
     error: str | None = None
 

@@ -26,6 +26,11 @@ from gateway.transcript import PENDING, ToolOutcome, completion_note
 __all__ = ["Completion", "Dispatcher", "client_call"]
 
 _TIMEOUT_ERROR = "tool_timeout: the tool did not finish in time"
+_LOST_ERROR = (
+    "tool_timeout: the tool was running on another gateway node when this session moved"
+    " (that node stopped or let the session go) and its outcome did not arrive in time;"
+    " it is not run again"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +217,20 @@ class Dispatcher:
                 self._settle(call, CallState.EXPIRED, error="the client did not answer in time")
                 continue
             self._out.do(CancelTool(call.call_id))
-            self._settle(call, CallState.FAILED, error=_TIMEOUT_ERROR)
+            self._settle(
+                call, CallState.FAILED, error=_LOST_ERROR if call.elsewhere else _TIMEOUT_ERROR
+            )
             if (completion := _completion(call)) is not None:
                 completions.append(completion)
         return completions
+
+    def adopt(self) -> None:
+        """This session was taken over from another node: the server tools running there
+        are not run again here; their outcomes are routed here, or they fail at their
+        deadline saying why."""
+        for call in self.ledger.open_calls():
+            if call.kind == "server" and call.dispatched:
+                call.elsewhere = True
 
     def cancel(self, call: Call, reason: str) -> None:
         """Cancel an open call (and the server tool behind it)."""

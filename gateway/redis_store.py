@@ -67,7 +67,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 import redis.exceptions
 import structlog
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -91,6 +91,10 @@ __all__ = ["RedisStore", "redact"]
 
 log = structlog.get_logger("gateway.redis_store")
 
+_POOL_SIZE = 64
+"""Connections a node opens to Redis at most; commands past them wait for one."""
+_POOL_TIMEOUT = 5.0
+"""Seconds a command waits for a free connection before the store counts as unavailable."""
 _UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _record = msgspec.msgpack.Decoder(SessionRecord)
 _call = msgspec.msgpack.Decoder(Call)
@@ -159,8 +163,13 @@ class RedisStore:
         Raises:
             ValueError: ``url`` is not a Redis URL.
         """
-        client = Redis.from_url(
+        pool = BlockingConnectionPool.from_url(
             url,
+            # redis-py's pool fails a command at once past 100 connections: a node with
+            # more sessions committing at the same moment got store_unavailable. This pool
+            # makes a command wait for a free connection instead (up to _POOL_TIMEOUT).
+            max_connections=_POOL_SIZE,
+            timeout=_POOL_TIMEOUT,
             socket_timeout=5.0,
             socket_connect_timeout=2.0,
             health_check_interval=15,
@@ -168,6 +177,7 @@ class RedisStore:
             # restarted. Timeouts are not retried (Redis may be busy running it).
             retry=Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
         )
+        client = Redis.from_pool(pool)  # closing the client closes the pool
         return cls(
             client,
             session_ttl=session_ttl,

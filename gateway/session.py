@@ -307,6 +307,7 @@ class Session:
         running elsewhere settles when its outcome is routed here, or at its deadline.
         """
         self._now = now
+        self._calls.adopt()
         response = self._response
         if self._phase is not Phase.OPEN or response is None or response.step_id is None:
             return

@@ -1,9 +1,10 @@
 """Debian's redis-server on a unix socket in a temporary directory, for tests.
 
 ``make test`` installs it when missing; the tests never use a system service. The server
-keeps nothing on disk (``--save ''``, no AOF) and listens on no TCP port, so tests never
-race for ports. ``restart`` stops it and starts a fresh one on the same socket: every key
-is gone and every client connection is cut, as when Redis restarts in production.
+keeps nothing on disk (``--save ''``, no AOF) unless asked for an append-only file, and
+listens on no TCP port, so tests never race for ports. ``restart`` stops it and starts a
+new one on the same socket: every client connection is cut, as when Redis restarts in
+production, and every key is gone (with ``appendonly``, every key is back).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ class RedisServer:
     """One redis-server process on ``<directory>/redis.sock``.
 
     Args:
-        directory: where the socket (and nothing else) lives.
+        directory: where the socket (and, with ``appendonly``, the data) lives.
+        appendonly: log every write to an append-only file, fsynced before the reply
+            (``appendfsync always``), so the data survive a SIGKILL and a restart.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, appendonly: bool = False) -> None:
         self.directory = directory
+        self.appendonly = appendonly
         self.socket = directory / "redis.sock"
         self.url = f"unix://{self.socket}"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -51,7 +55,8 @@ class RedisServer:
                 "--unixsocketperm", "700",
                 "--dir", str(self.directory),
                 "--save", "",
-                "--appendonly", "no",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", "always",
                 "--daemonize", "no",
                 "--loglevel", "warning",
             ],
@@ -80,7 +85,7 @@ class RedisServer:
         self.socket.unlink(missing_ok=True)
 
     def restart(self) -> None:
-        """Stop, then start again on the same socket (with no data)."""
+        """Stop, then start again on the same socket (with no data, unless ``appendonly``)."""
         self.stop()
         self.start()
 
@@ -103,9 +108,9 @@ class RedisServer:
 
 
 @contextmanager
-def redis_server(directory: Path) -> Iterator[RedisServer]:
+def redis_server(directory: Path, *, appendonly: bool = False) -> Iterator[RedisServer]:
     """A started ``RedisServer`` in ``directory``, killed on exit."""
-    server = RedisServer(directory)
+    server = RedisServer(directory, appendonly=appendonly)
     server.start()
     try:
         yield server

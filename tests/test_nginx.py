@@ -1,21 +1,9 @@
-"""Debian's nginx, with the shipped deploy/nginx.conf, in front of a real gateway.
-
-nginx runs in the foreground with everything (pid, logs, temp files) in a temporary
-directory. Its listening socket is bound by the test on a port the kernel picks and
-handed over the way nginx hands sockets to a new binary (the ``NGINX`` environment
-variable): clients queue in the backlog from the start, so there is no port race and
-no waiting for nginx to come up.
-"""
+"""Debian's nginx, with the shipped deploy/nginx.conf, in front of a real gateway
+(the machinery is in ``tests/nginx.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -23,92 +11,10 @@ import structlog
 
 from client_sdk import connect, connect_raw
 from gateway.protocol import SessionResumed, SessionStart, ToolCalls
+from tests.nginx import TEMPLATE, nginx_in_front
 from tests.support import serving
 
-ROOT = Path(__file__).parents[1]
-NGINX = Path("/usr/sbin/nginx")
-TEMPLATE = ROOT / "deploy" / "nginx.conf"
-DEPLOY_DOC = ROOT / "docs" / "deploy.md"
-
-
-def nginx_binary() -> str:
-    # Never skipped: `make test` installs Debian's nginx when it is missing.
-    assert NGINX.exists(), f"{NGINX} is missing: `make test` installs it (apt-get install nginx)"
-    return str(NGINX)
-
-
-def render(upstream: str, listen: str) -> str:
-    """deploy/nginx.conf with its placeholders filled in."""
-    text = TEMPLATE.read_text()
-    assert "{{upstream}}" in text
-    assert "{{listen}}" in text
-    return text.replace("{{upstream}}", upstream).replace("{{listen}}", listen)
-
-
-def main_config(run_dir: Path, site: Path) -> str:
-    """A whole nginx.conf around the site: nothing outside ``run_dir`` is written."""
-    return f"""
-daemon off;
-worker_processes 1;
-pid {run_dir}/nginx.pid;
-error_log {run_dir}/error.log notice;
-events {{ worker_connections 64; }}
-http {{
-    access_log {run_dir}/access.log;
-    client_body_temp_path {run_dir}/client_body;
-    proxy_temp_path {run_dir}/proxy;
-    fastcgi_temp_path {run_dir}/fastcgi;
-    uwsgi_temp_path {run_dir}/uwsgi;
-    scgi_temp_path {run_dir}/scgi;
-    include {site};
-}}
-"""
-
-
-@contextmanager
-def listening_socket() -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        sock.set_inheritable(True)
-        yield sock
-    finally:
-        sock.close()
-
-
-@asynccontextmanager
-async def nginx_in_front(gateway_port: int, run_dir: Path) -> AsyncIterator[int]:
-    """nginx proxying to the gateway; yields the port nginx listens on."""
-    with listening_socket() as sock:
-        port = sock.getsockname()[1]
-        site = run_dir / "gateway.conf"
-        site.write_text(render(f"127.0.0.1:{gateway_port}", f"127.0.0.1:{port}"))
-        conf = run_dir / "nginx.conf"
-        conf.write_text(main_config(run_dir, site))
-        proc = await asyncio.create_subprocess_exec(
-            nginx_binary(),
-            "-p",
-            str(run_dir),
-            "-e",
-            str(run_dir / "error.log"),
-            "-c",
-            str(conf),
-            pass_fds=[sock.fileno()],
-            env={**os.environ, "NGINX": f"{sock.fileno()};"},  # inherit the bound socket
-            stdout=subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            yield port
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGQUIT)  # graceful: finish requests, then exit
-            async with asyncio.timeout(10):
-                _, stderr = await proc.communicate()
-            log = (run_dir / "error.log").read_text()
-            assert proc.returncode == 0, (stderr.decode(), log)
-            assert "using inherited sockets" in log  # the socket the test bound, no race
+DEPLOY_DOC = Path(__file__).parents[1] / "docs" / "deploy.md"
 
 
 async def test_a_conversation_with_a_client_function_and_a_resume_through_nginx(

@@ -38,11 +38,12 @@ from gateway.protocol import (
     ToolResult,
     ToolResults,
     ToolSpec,
+    ToolStatus,
     UserMessage,
 )
 from gateway.session import Session
 from gateway.state import decode_state, encode_state
-from tests.test_session import Harness
+from tests.test_session import Harness, start_async
 
 _VIBRATE = ToolSpec(name="vibrate", description="Vibrate.", input_schema={"type": "object"})
 
@@ -205,3 +206,19 @@ def test_a_state_saved_before_a_stream_catches_up_from_the_deltas_sent_since() -
     # Anything but the next delta of the streaming step stops it.
     again = Session.restore(h.settings, decode_state(saved), new_id=h.new_id)
     assert not again.catch_up(list(reversed(sent)))
+
+
+def test_a_server_tool_left_on_a_node_fails_at_its_deadline_saying_so() -> None:
+    h = Harness()
+    h.start()
+    call_id = start_async(h)  # the async tool runs on this node...
+    state = decode_state(encode_state(h.session.state()))
+    h.session = Session.restore(h.settings, state, new_id=h.new_id)  # ...which then died
+    h.session.adopt(h.now)
+    assert h.session.effects() == []  # nothing runs it again
+    h.now = h.session.next_deadline() or 0.0
+    failed, _ = h.feed(Tick())
+    assert isinstance(failed, ToolStatus)
+    assert (failed.call_id, failed.status) == (call_id, "failed")
+    assert failed.error is not None
+    assert failed.error.startswith("tool_timeout: the tool was running on another gateway node")

@@ -1,0 +1,212 @@
+"""Gateway nodes as real processes (``python -m gateway serve``) on one redis-server.
+
+The test binds each node's port (127.0.0.1, a port the kernel picks) and hands the
+listening socket over with ``--fd``: no two processes race for a port, and clients may
+connect before the node is up (they wait in the backlog). The test's own copy of the
+socket is closed once the node has it, so a node that is killed refuses connections at
+once, as a crashed host does; ``start`` again binds the same port anew.
+
+Each node writes its log (stdout and stderr) to ``<dir>/<name>.log``; ``Cluster.report``
+gives their tails for a failure message (tests/conftest.py adds it to failed tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+__all__ = ["CLUSTER_AGENT", "Cluster", "Node"]
+
+ROOT = Path(__file__).parents[1]
+CLUSTER_AGENT = ROOT / "tests" / "data" / "cluster_agent.toml"
+READY_TIMEOUT = 20.0
+"""Seconds a node has to answer ``/readyz`` (Python's imports on a busy 2-core machine)."""
+_POLL = 0.02
+_LOG_TAIL = 4_000
+"""Characters of each node's log shown when a test fails."""
+
+
+class Node:
+    """One gateway process.
+
+    Args:
+        name: its ``--node-id`` and log file name.
+        directory: where its log goes.
+        args: the arguments of ``gateway serve`` besides ``--fd`` and ``--node-id``.
+        env: its environment.
+    """
+
+    def __init__(self, name: str, directory: Path, args: Sequence[str], env: dict[str, str]):
+        self.name = name
+        self.log = directory / f"{name}.log"
+        self._args = list(args)
+        self._env = env
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Bind (the same port again on a restart) and spawn the node; see ``wait_ready``."""
+        assert not self.alive, f"{self.name} runs already"
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            # A restart binds the port the nginx config names; connections of the killed
+            # node may linger in TIME_WAIT, which SO_REUSEADDR allows.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.port))
+            sock.listen(1024)
+            self.port = sock.getsockname()[1]
+            with self.log.open("ab") as log:
+                log.write(f"--- start {self.starts + 1} of {self.name}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable, "-m", "gateway", "serve",
+                        "--fd", str(sock.fileno()),
+                        "--node-id", self.name,
+                        *self._args,
+                    ],
+                    cwd=ROOT,
+                    env=self._env,
+                    pass_fds=[sock.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            self.starts += 1
+        finally:
+            sock.close()  # the node has its own copy: once it dies, the port refuses
+
+    async def wait_ready(self) -> None:
+        """Poll ``/readyz`` until it answers 200 (the store answers too).
+
+        Raises:
+            AssertionError: the node exited, or was not ready within ``READY_TIMEOUT``
+                seconds; with its log.
+        """
+        try:
+            async with asyncio.timeout(READY_TIMEOUT), httpx.AsyncClient(timeout=2.0) as client:
+                while True:
+                    assert self.alive, f"{self.name} exited ({self.returncode}):\n{self.tail()}"
+                    try:
+                        if (await client.get(f"{self.url}/readyz")).status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass  # bound, so connecting works; answering waits for the app
+                    await asyncio.sleep(_POLL)  # polling a condition, under the deadline
+        except TimeoutError:
+            raise AssertionError(
+                f"{self.name} not ready within {READY_TIMEOUT} s:\n{self.tail()}"
+            ) from None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no lease released, as when the host dies."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the node if it runs (SIGKILL; tests of graceful stops are elsewhere)."""
+        if self.alive:
+            self.kill()
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return text[-_LOG_TAIL:]
+
+    async def metric(self, name: str) -> float:
+        """The value of an unlabelled sample of ``/metrics`` (0 if absent)."""
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            text = (await client.get(f"{self.url}/metrics")).text
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == name:
+                return float(value)
+        return 0.0
+
+
+class Cluster:
+    """``count`` gateway nodes serving ``agent`` on the store at ``store_url``.
+
+    Args:
+        directory: for the nodes' logs and the tools' runs file.
+        store_url: the redis-server's URL, shared by every node.
+        count: how many nodes.
+        args: more ``gateway serve`` arguments, for every node.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        store_url: str,
+        *,
+        count: int = 3,
+        agent: Path = CLUSTER_AGENT,
+        lease_ttl: float = 1.0,
+        args: Sequence[str] = (),
+    ) -> None:
+        self.directory = directory
+        self.runs = directory / "runs.txt"
+        self.runs.touch()
+        env = {**os.environ, "CLUSTER_RUNS": str(self.runs), "PYTHONUNBUFFERED": "1"}
+        env = {k: v for k, v in env.items() if not k.startswith("GATEWAY_")}
+        common = [
+            "--store", store_url,
+            "--agent", str(agent),
+            "--lease-ttl", str(lease_ttl),
+            "--no-auth",
+            "--max-sockets-per-ip", "100000",
+            *args,
+        ]  # fmt: skip
+        self.nodes = [Node(f"n{i + 1}", directory, common, env) for i in range(count)]
+
+    async def start(self) -> None:
+        """Start every node and wait until all are ready."""
+        for node in self.nodes:
+            node.start()
+        await asyncio.gather(*(node.wait_ready() for node in self.nodes))
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def node(self, name: str) -> Node:
+        return next(node for node in self.nodes if node.name == name)
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def run_lines(self) -> list[str]:
+        """Every tool run so far, one line each, on any node."""
+        return self.runs.read_text().splitlines()
+
+    def report(self) -> str:
+        """The tails of the nodes' logs, for a failure message."""
+        return "\n".join(
+            f"===== {node.name} (port {node.port}, exit {node.returncode}):\n{node.tail()}"
+            for node in self.nodes
+        )
