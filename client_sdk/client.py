@@ -380,6 +380,7 @@ class Conversation:
         assert self.session is not None
         delay = 0.05
         while not self._closing:
+            websocket: ClientConnection | None = None
             try:
                 websocket = await self._open_socket()
                 resume = SessionResume(
@@ -401,7 +402,12 @@ class Conversation:
                     self._finish(SessionClosed(code, exc.rcvd.reason if exc.rcvd else ""))
                     return False
             except (OSError, TimeoutError, websockets.InvalidHandshake, msgspec.DecodeError):
-                pass  # the gateway is not reachable (or not answering) yet: try again
+                # The gateway is not reachable (or not answering) yet: try again. A socket
+                # that got this far is dropped: left open, its gateway node would keep the
+                # session attached to a socket nobody reads. Dropped, not closed: a normal
+                # close (1000) would end the session.
+                if websocket is not None:
+                    websocket.transport.abort()
             else:
                 self._ws = websocket
                 self.reconnects += 1

@@ -296,7 +296,7 @@ class Runtime:
         """The live session a ``session.resume`` by ``principal`` names, or the close code
         and reason refusing it (only the session's creator may resume it)."""
         driver = self.drivers.get(msg.session_id)
-        if driver is not None and driver.moved:
+        if driver is not None and self.durable and not await self._still_ours(driver):
             driver = None  # it left this node: take it over again, from the store
         record = await self.store.get_session(msg.session_id)
         if record is not None and driver is None and self.durable:
@@ -311,6 +311,17 @@ class Runtime:
                 )
             return ResumeRefusal(CloseCode.UNKNOWN_SESSION, "unknown session", "unknown_session")
         return _check_owner(record, msg, principal) or driver
+
+    async def _still_ours(self, driver: Driver) -> bool:
+        """Whether this node still drives ``driver``'s session. Asked of the store before a
+        resume attaches here: a lease renewal late on a busy node must not let a client
+        resume a copy another node has moved on from."""
+        if driver.moved or driver.lease is None:
+            return not driver.moved
+        if await self.store.renew(driver.session_id, driver.lease, ttl=self.config.lease_ttl):
+            return True
+        driver.let_go()
+        return False
 
     async def _adopt(self, record: SessionRecord) -> Driver | ResumeRefusal:
         """Take a session over from the store: another node drove it (it died, it is

@@ -340,6 +340,7 @@ class Driver:
             self._client_backlog.open()
             if self.moved:
                 self._cancel_models()  # the tools go on: their outcomes are posted
+                self._stop_tools_at_deadlines()
             else:
                 await self._flush()
                 await self._cancel_all()
@@ -458,10 +459,15 @@ class Driver:
             self._conn.send(error, encode(error))
 
     def _move(self) -> None:
-        """The session is another node's now: close the socket, stop driving."""
+        """The session is another node's now: close the socket, stop driving.
+
+        The socket is closed with 1013, which clients resume after, not 4009: the resume
+        that took the session over elsewhere may have been this very client's, given up
+        on (timed out) after it had reached the other node; its live socket is this one.
+        """
         self.moved = True
         if self._conn is not None:
-            self._conn.close(CloseCode.TAKEN_OVER, "session taken over by another node")
+            self._conn.close(CloseCode.TRY_AGAIN, "session moved to another node: resume")
 
     async def _next_event(self) -> Event | _DriverEvent | _FromClient:
         expiry = self._expiry()
@@ -609,8 +615,10 @@ class Driver:
                 else None
             )
         except StoreUnavailable as exc:  # the live session rebuilds the client instead
-            self._store_down(exc)
+            store_error: StoreUnavailable | None = exc
             events = None
+        else:
+            store_error = None
         if events is not None and len(events) != head - last_seq:
             events = None  # a hole: events the store did not take while it was down
         if events is None:
@@ -625,6 +633,8 @@ class Driver:
             conn.replay(encode(error))
             conn.replay(encode(snapshot))
             self._notify_sent(error, snapshot)
+            if store_error is not None:  # after the snapshot: the client resumed first
+                self._store_down(store_error)
             return
         resumed = SessionResumed(
             session_id=self.session_id,
@@ -737,6 +747,17 @@ class Driver:
             log.warning("tool_outcome_not_posted", call_id=event.call_id, error=str(exc))
         else:
             log.info("tool_outcome_posted", call_id=event.call_id)
+
+    def _stop_tools_at_deadlines(self) -> None:
+        """The server tools still running here, for a session that left: each is cancelled
+        at its call's deadline (no core here does it any more)."""
+        loop = asyncio.get_running_loop()
+        deadlines = {call.call_id: call.deadline for call in self.session.state().calls}
+        for call_id in self._tool_keys:
+            task = self._tasks.get(call_id)
+            if task is not None:
+                delay = max(0.0, deadlines.get(call_id, 0.0) - self._clock())
+                loop.call_later(delay, task.cancel)
 
     def _cancel_models(self) -> None:
         for key, task in self._tasks.items():

@@ -100,6 +100,7 @@ redis.call('HSET', meta, 'size', size, 'dropped', upto)
 ACQUIRE = """
 local n = redis.call('INCR', fence)
 redis.call('SET', owner, ARGV[3], 'PX', ARGV[4])
+redis.call('HSET', meta, 'holder', ARGV[3])
 touch()
 return n
 """
@@ -124,6 +125,8 @@ local left = redis.call('PTTL', record)
 if left < 0 then return end
 redis.call('RPUSH', inbox, ARGV[3])
 redis.call('PEXPIRE', inbox, left)
-local node = redis.call('GET', owner)
+-- The lease's node; or, should its lease have lapsed (a node too busy to renew it in
+-- time), the node that took it last: it may still drive the session.
+local node = redis.call('GET', owner) or redis.call('HGET', meta, 'holder')
 if node then redis.call('PUBLISH', ARGV[4] .. node, ARGV[5]) end
 """

@@ -14,7 +14,9 @@ owner      string       the node id holding the lease; expires after the lease T
 log        stream       the event log, one entry ``<seq>-0`` per event, field ``d``
 meta       hash         ``size`` (bytes in the log), ``dropped`` (highest seq trimmed
                         away: a replay from before it has a gap), ``last`` (highest seq
-                        logged: a repeat is ignored), ``calls`` (save counter)
+                        logged: a repeat is ignored), ``calls`` (save counter),
+                        ``holder`` (the node that took the lease last: posts wake it
+                        even while its lease lapsed)
 calls      hash         call id -> the ``Call``, msgpack
 order      sorted set   call ids by their last save (``load_calls`` order)
 settled    sorted set   the settled ones, by last save: only ``max_calls`` are kept

@@ -183,3 +183,30 @@ async def test_with_redis_down_a_live_conversation_goes_on_and_new_sessions_get_
             assert closed.value.rcvd is not None
             assert closed.value.rcvd.code == CloseCode.TRY_AGAIN
             assert "store" in closed.value.rcvd.reason
+
+
+async def test_a_resume_back_on_a_node_that_has_not_noticed_it_lost_the_session(redis):
+    # Leases far longer than the test: the first node never learns from a renewal that
+    # the second took the session over. The resume back must still find the newest state.
+    async with AsyncExitStack() as stack:
+        a, b = [
+            await stack.enter_async_context(
+                serving(store=redis.url, node_id=name, lease_ttl=60.0)
+            )
+            for name in ("node-a", "node-b")
+        ]
+        client = ResumingClient(a.url)
+        await client.start()
+        await client.send(UserMessage(text="echo one"))
+        await until(client, ResponseDone)
+        await client.drop()
+        client.url = b.url
+        await client.resume()
+        await client.send(UserMessage(text="echo two"))
+        await until(client, ResponseDone)
+        await client.drop()
+        client.url = a.url
+        await client.resume()  # replayed from where this client is: no gap
+        await client.send(UserMessage(text="echo three"))
+        assert text_of(await until(client, ResponseDone)) == "three"
+        await client.close()
