@@ -54,6 +54,7 @@ def main_config(run_dir: Path, site: Path, *, worker_connections: int = 64) -> s
     return f"""
 daemon off;
 worker_processes 1;
+worker_shutdown_timeout 3s;
 pid {run_dir}/nginx.pid;
 error_log {run_dir}/error.log notice;
 events {{ worker_connections {worker_connections}; }}
@@ -111,7 +112,10 @@ async def nginx_in_front(
             yield port
         finally:
             if proc.returncode is None:
-                proc.send_signal(signal.SIGQUIT)  # graceful: finish requests, then exit
+                # Graceful: finish requests, then exit; WebSockets still open (a gateway node
+                # keeps a session's upstream socket until it closes it) are closed after
+                # worker_shutdown_timeout.
+                proc.send_signal(signal.SIGQUIT)
             async with asyncio.timeout(10):
                 _, stderr = await proc.communicate()
             log = (run_dir / "error.log").read_text()

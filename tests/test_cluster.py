@@ -190,9 +190,7 @@ async def test_a_resume_back_on_a_node_that_has_not_noticed_it_lost_the_session(
     # the second took the session over. The resume back must still find the newest state.
     async with AsyncExitStack() as stack:
         a, b = [
-            await stack.enter_async_context(
-                serving(store=redis.url, node_id=name, lease_ttl=60.0)
-            )
+            await stack.enter_async_context(serving(store=redis.url, node_id=name, lease_ttl=60.0))
             for name in ("node-a", "node-b")
         ]
         client = ResumingClient(a.url)

@@ -95,8 +95,15 @@ async def owner(store: RedisStore, conv: Conversation) -> str:
 
 async def say(conv: Conversation, text: str) -> str:
     """The text of the response to ``text``, as the SDK assembles it."""
-    async with asyncio.timeout(WAIT):
-        return "".join([delta async for delta in conv.say(text)])
+    try:
+        async with asyncio.timeout(WAIT):
+            return "".join([delta async for delta in conv.say(text)])
+    except TimeoutError:
+        session_id = conv.session.session_id if conv.session else None
+        raise AssertionError(
+            f"no answer to {text!r} in {WAIT} s: session {session_id}, last_seq"
+            f" {conv.last_seq}, {conv.reconnects} reconnects"
+        ) from None
 
 
 def cut(conv: Conversation) -> None:
@@ -297,15 +304,20 @@ async def test_redis_restarted_mid_conversation_gives_a_clear_error_then_recover
 
 
 SOAK_SESSIONS = 300
-SOAK_SECONDS = 40.0
-"""Seconds the sessions take turns for (plus ramp-up and the last turns: about a minute)."""
+SOAK_SECONDS = 60.0
+"""Seconds the sessions take turns for (plus ramp-up and the last turns)."""
+THINK = (2.0, 6.0)
+"""Seconds a user waits between turns: 300 users so paced keep the three nodes busy
+(about 60 turns a second) but not saturated, as a cluster sized for its load is; on two
+cores, unpaced, every turn waits for CPU and the test measures the machine instead."""
 
 
 class Soak:
     """Sessions taking turns until the deadline, and what they saw."""
 
-    def __init__(self, front: str, deadline: float) -> None:
+    def __init__(self, front: str, deadline: float, rng: random.Random) -> None:
         self.front = front
+        self.rng = rng
         self.deadline = deadline
         self.convs: list[Conversation] = []
         self.turns = 0
@@ -342,6 +354,7 @@ class Soak:
                     self.lost_tools += 1  # it ran on the node killed, whose result died there
                 elif got != expected:
                     self.wrong.append((said, expected, got))
+                await asyncio.sleep(self.rng.uniform(*THINK))  # the user reads and types
             self.resumes += conv.reconnects
             self.convs.remove(conv)
 
@@ -363,8 +376,8 @@ async def test_soak_300_sessions_socket_cuts_and_a_node_killed_and_restarted(
 ):
     loop = asyncio.get_running_loop()
     started = loop.time()
-    soak = Soak(front, deadline=started + SOAK_SECONDS)
     rng = random.Random(11)
+    soak = Soak(front, deadline=started + SOAK_SECONDS, rng=random.Random(12))
 
     async def staggered(index: int) -> None:
         await asyncio.sleep(index * 0.01)  # 300 sessions start over 3 s, not in one burst
@@ -392,7 +405,7 @@ async def test_soak_300_sessions_socket_cuts_and_a_node_killed_and_restarted(
         f" {len(soak.wrong)} wrong answers"
     )
     assert soak.wrong == []
-    assert soak.turns > SOAK_SESSIONS * 10
+    assert soak.turns > SOAK_SESSIONS * 8
     assert soak.resumes >= cuts // 2  # most cuts hit a live socket; each resumed
     assert sum(adopted) > 0
     # Every tool call the client got a total for ran exactly once; none ran twice.
