@@ -419,10 +419,13 @@ class Runtime:
             driver.take_posts()
 
     async def aclose(self) -> None:
-        """Stop this node's background work and close the store (after ``shutdown``)."""
-        for task in self._background:
+        """Stop this node's background work and close the store (after ``shutdown``, which
+        leaves no session; without it, the sessions left are cancelled first, so that none
+        uses the store once it is closed)."""
+        runs = [*self._runs.values(), *self._background]
+        for task in runs:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*runs, return_exceptions=True)
         self._background = []
         await self.store.aclose()
 

@@ -233,6 +233,11 @@ class Driver:
     def connection(self) -> Connection | None:
         return self._conn
 
+    @property
+    def detached_since(self) -> float | None:
+        """When (``clock`` time) the last socket went, while none is attached."""
+        return self._detached_at
+
     def add_observer(self, observer: SessionObserver) -> None:
         """Tell ``observer`` too about the session from now on."""
         self._observers = (*self._observers, observer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,10 @@ async def _resume_at_the_deadline(gateway: Gateway, attempt: int, offset: float)
         driver = gateway.runtime.drivers[created.session_id]
         conn.websocket.transport.abort()
         await asyncio.wait_for(driver.detached.wait(), 5)
-    detached_at = loop.time()  # the TTL counts from here (give or take a loop turn)
+    # The TTL counts from the moment the session saw its socket go, on its own clock (the
+    # wall clock); a loaded machine only delays when this task learns of it.
+    assert driver.detached_since is not None
+    detached_at = driver.detached_since - time.time() + loop.time()
     async with connect_raw(gateway.url) as fresh:  # connected before the moment that counts
         resume = SessionResume(
             session_id=created.session_id, resume_token=created.resume_token, last_seq=created.seq
