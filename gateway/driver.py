@@ -66,7 +66,7 @@ from gateway.protocol import (
 from gateway.providers.base import Provider
 from gateway.routing import decode_routed, encode_routed
 from gateway.server_tool import Progress, ServerTool
-from gateway.session import Session
+from gateway.session import LOG_ONLY, Session
 from gateway.state import encode_state
 from gateway.store import Lease, LeaseLost, Store
 
@@ -188,8 +188,9 @@ class Driver:
         self._uncommitted_outcomes: list[ToolFinished | ToolProgress] = []
         """Server tools' outcomes applied since the last commit: should the commit fail
         for a lost lease, they are posted to the session's new owner."""
-        self._only_text = True
-        """Every event applied since the last commit was model text (see ``_checkpoint``)."""
+        self._log_only = True
+        """Every event applied since the last commit only added to the log: model text,
+        pings, acks, unreadable frames (see ``_checkpoint``)."""
         self._since_checkpoint = 0
         self._since_checkpoint_size = 0
         self._checkpoint_seq = session.last_seq
@@ -367,8 +368,11 @@ class Driver:
         self.session.receive(event, now=self._clock())
         self._pending += self.session.effects()
         self._changed = True
-        if not (isinstance(event, ModelOutput) and isinstance(event.event, ModelText)):
-            self._only_text = False
+        if not (
+            isinstance(event, LOG_ONLY)
+            or (isinstance(event, ModelOutput) and isinstance(event.event, ModelText))
+        ):
+            self._log_only = False
         if isinstance(event, ToolFinished | ToolProgress):
             self._uncommitted_outcomes.append(event)
         if self.session.responding:
@@ -424,19 +428,20 @@ class Driver:
     def _checkpoint(self, sends: list[tuple[ServerMsg, bytes]]) -> bytes | None:
         """The state to save with this commit, if any.
 
-        With a durable store, every commit saves the whole state but one that only adds
-        text deltas to the streaming step: the log has those, and a node taking the
-        session over catches up from it (``Session.catch_up``). So a long stream costs a
-        state write every ``_CHECKPOINT_EVENTS`` events or ``_CHECKPOINT_SIZE`` bytes,
-        not at every batch; and the log keeps what was sent since the last one.
+        With a durable store, every commit saves the whole state but one whose events only
+        add to the log: text deltas of the streaming step, pongs, errors about unreadable
+        frames. A node taking the session over catches up from the log
+        (``Session.catch_up``). So a long stream costs a state write every
+        ``_CHECKPOINT_EVENTS`` events or ``_CHECKPOINT_SIZE`` bytes, not at every batch, a
+        ping costs no state write, and the log keeps what was sent since the last one.
         """
-        only_text, self._only_text = self._only_text, True
+        log_only, self._log_only = self._log_only, True
         if self.lease is None:
             return None
         self._since_checkpoint += len(sends)
         self._since_checkpoint_size += sum(len(data) for _, data in sends)
         if (
-            only_text
+            log_only
             and self._since_checkpoint < _CHECKPOINT_EVENTS
             and self._since_checkpoint_size < _CHECKPOINT_SIZE
         ):
@@ -449,7 +454,7 @@ class Driver:
         """The store did not take a commit: the session goes on live (the next commit
         saves the whole state again); a resume meanwhile may find a gap in the log."""
         self._changed = self.lease is not None  # save the state at the next flush
-        self._only_text = False
+        self._log_only = False
         if self._store_failing:
             return
         self._store_failing = True

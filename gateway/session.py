@@ -49,6 +49,7 @@ from gateway.protocol import (
     Ack,
     ClientCall,
     DecodeFailure,
+    Error,
     Limits,
     Ping,
     Pong,
@@ -274,27 +275,31 @@ class Session:
                 self._advance_if_step_settled()
 
     def catch_up(self, sent: Sequence[ServerMsg]) -> bool:
-        """Apply what this session sent after its state was last saved: the text deltas
-        of the step streaming then (a store saves the state at every durable point but
-        one whose only events are such deltas: the event log has them).
+        """Apply what this session sent after its state was last saved (a store saves the
+        state at every durable point but those that only add to the log, see
+        ``LOG_ONLY``): text deltas of the step streaming then, pongs and errors about
+        unreadable frames, which change nothing but ``seq``.
 
         Returns:
-            ``False`` at the first event that is not the next delta of the streaming step
-            (the state stays as far as it got).
+            ``False`` at the first event that is none of these, or out of order (the
+            state stays as far as it got).
         """
         response = self._response
-        if not sent or response is None or response.step_id is None:
-            return not sent
-        # What the client had then, as one text: the rest is appended to it.
-        response.text, response.unconfirmed = [_seen_text(response)], ""
+        streaming = response is not None and response.step_id is not None
+        if streaming and sent:
+            assert response is not None
+            # What the client had then, as one text: the rest is appended to it.
+            response.text, response.unconfirmed = [_seen_text(response)], ""
         for msg in sent:
-            if not (
-                isinstance(msg, TextDelta)
-                and msg.response_id == response.response_id
-                and msg.seq == self._out.seq + 1
-            ):
+            if msg.seq != self._out.seq + 1:
                 return False
-            response.text.append(msg.delta)
+            if isinstance(msg, TextDelta) and streaming:
+                assert response is not None
+                if msg.response_id != response.response_id:
+                    return False
+                response.text.append(msg.delta)
+            elif not (isinstance(msg, Pong) or (isinstance(msg, Error) and _about_a_frame(msg))):
+                return False
             self._out.seq = msg.seq
         return True
 
@@ -762,6 +767,26 @@ def _tool_infos(tools: ToolRegistry) -> list[ToolInfo]:
         )
         for d in tools.definitions()
     ]
+
+
+LOG_ONLY = (Ping, Ack, DecodeFailure)
+"""Client messages whose only mark on the state is what they send (a pong, an error about
+the frame): a durable store need not save the state for them (``catch_up``)."""
+
+
+def _about_a_frame(error: Error) -> bool:
+    """An error a ``DecodeFailure`` causes (the frame was unreadable, unknown or refused)."""
+    return (
+        error.response_id is None
+        and error.call_id is None
+        and error.code
+        in (
+            "invalid_message",
+            "unknown_type",
+            "rate_limited",
+            "message_too_large",
+        )
+    )
 
 
 def _seen_text(response: ResponseState) -> str:

@@ -199,7 +199,11 @@ def test_a_state_saved_before_a_stream_catches_up_from_the_deltas_sent_since() -
     h.feed(UserMessage(text="hi"))
     h.model(ModelText(text="Hel"))
     saved = encode_state(h.session.state())  # the last state saved; then only deltas
-    sent = h.model(ModelText(text="lo "), ModelText(text="world"))
+    sent = h.model(ModelText(text="lo "))
+    sent += h.feed(Ping(ts=1.0))  # pings and unreadable frames only add to the log too
+    sent += h.feed(DecodeFailure(code="invalid_message", message="bad"))
+    sent += h.model(ModelText(text="world"))
+    assert len(sent) == 4
     restored = Session.restore(h.settings, decode_state(saved), new_id=h.new_id)
     assert restored.catch_up(sent)
     assert restored.state() == h.session.state()
