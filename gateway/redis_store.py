@@ -256,6 +256,21 @@ class RedisStore:
     async def renew(self, session_id: str, lease: Lease, *, ttl: float) -> bool:
         return bool(await self._run(self._renew, session_id, lease.node, _ms(ttl), lease.fence))
 
+    async def renew_many(self, leases: Sequence[tuple[str, Lease]], *, ttl: float) -> list[bool]:
+        """``renew`` for many sessions in one pipeline (not a transaction: each is atomic
+        by itself): a node renews all its leases in one round trip."""
+        if not leases:
+            return []
+        with self._guard():
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for session_id, lease in leases:
+                    await self._renew(
+                        keys=self._keys(session_id),
+                        args=[*self._ttls, lease.node, _ms(ttl), lease.fence],
+                        client=pipe,
+                    )
+                return [bool(renewed) for renewed in await pipe.execute()]
+
     async def release(self, session_id: str, lease: Lease) -> None:
         await self._run(self._release, session_id, lease.fence)
 

@@ -116,6 +116,9 @@ class Store(Protocol):
     async def renew(self, session_id: str, lease: Lease, *, ttl: float) -> bool:
         """Extend the lease (and keep every key of the session alive); False if lost."""
 
+    async def renew_many(self, leases: Sequence[tuple[str, Lease]], *, ttl: float) -> list[bool]:
+        """``renew`` for each ``(session_id, lease)``, in order, at once."""
+
     async def release(self, session_id: str, lease: Lease) -> None:
         """Give the lease up (if still held), so ``owner`` says nobody drives the session."""
 
@@ -287,6 +290,9 @@ class MemoryStore:
         self._owners[session_id] = (lease.node, time.monotonic() + ttl)
         self._touch(session_id)
         return True
+
+    async def renew_many(self, leases: Sequence[tuple[str, Lease]], *, ttl: float) -> list[bool]:
+        return [await self.renew(session_id, lease, ttl=ttl) for session_id, lease in leases]
 
     async def release(self, session_id: str, lease: Lease) -> None:
         if self._holds(session_id, lease):

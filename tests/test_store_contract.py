@@ -414,3 +414,14 @@ def test_lease_is_a_frozen_value():
     assert msgspec.json.decode(msgspec.json.encode(lease), type=Lease) == lease
     with pytest.raises(AttributeError):
         lease.fence = 4  # type: ignore[misc]
+
+
+async def test_renew_many_renews_each_lease_still_held_and_reports_the_lost(store: Store):
+    for session_id in ("s1", "s2", "s3"):
+        await store.create_session(record(session_id))
+    leases = [(sid, await store.acquire(sid, "a", ttl=10)) for sid in ("s1", "s2", "s3")]
+    await store.acquire("s2", "b", ttl=10)  # another node took s2 over
+    assert await store.renew_many(leases, ttl=10) == [True, False, True]
+    assert await store.owner("s1") == "a"
+    assert await store.owner("s2") == "b"
+    assert await store.renew_many([], ttl=10) == []
