@@ -26,6 +26,8 @@ PURE = {
     "gateway/transcript.py",
     "gateway/history.py",
     "gateway/model.py",
+    "gateway/state.py",
+    "gateway/routing.py",
     "gateway/errors.py",
     "gateway/config.py",
     "gateway/tools.py",
@@ -48,6 +50,8 @@ NO_IO = {
     "gateway/transcript.py",
     "gateway/history.py",
     "gateway/model.py",
+    "gateway/state.py",
+    "gateway/routing.py",
     "gateway/errors.py",
     "gateway/principal.py",
     "gateway/tools.py",
@@ -58,7 +62,9 @@ IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading
 # Providers import the core's vocabulary (gateway.model), never the other way.
 CORE = {name for name in PURE if not name.startswith("gateway/providers/")}
 # What the core must not load, even through another module's imports.
-SHELL_PACKAGES = {"httpx", "asyncio", "structlog", "starlette", "uvicorn", "prometheus_client"}
+SHELL_PACKAGES = {
+    *("httpx", "asyncio", "structlog", "starlette", "uvicorn", "prometheus_client", "redis"),
+}
 EDGES = {
     "starlette": {
         "gateway/transport.py",
@@ -67,6 +73,7 @@ EDGES = {
         "gateway/body.py",
     },
     "uvicorn": {"gateway/__main__.py", "gateway/server.py"},
+    "redis": {"gateway/redis_store.py"},
 }
 
 
