@@ -218,9 +218,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
                     print(f"{label:<38} {_ms(times)}")
         if args.sessions:  # fresh processes, so earlier sessions do not count
             for label, store in (("memory", "memory"), ("redis", redis_url)):
-                # Leases renewed rarely: with more than ~100 sessions a renewal round
-                # exhausts the Redis connection pool (docs/scaling.md, Figures).
-                with gateway_node(f"held-{label}", store, "--lease-ttl", "600") as node:
+                with gateway_node(f"held-{label}", store) as node:
                     await _client_function_turns(node.url, 5)
                     rss, mem = await held(node, redis_url, args.sessions)
                 print(

@@ -186,6 +186,8 @@ class _Session:
     record: SessionRecord
     log: _Log = field(default_factory=_Log)
     calls: OrderedDict[str, Call] = field(default_factory=OrderedDict)
+    settled: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """The settled calls' ids, least recently saved first (the ledger's bound)."""
     state: bytes | None = None
     inbox: list[bytes] = field(default_factory=list)
 
@@ -322,7 +324,7 @@ class MemoryStore:
         if state is not None:
             entry.state = state
         for call in calls:
-            self._save_call(entry.calls, call)
+            self._save_call(entry, call)
         self._touch(session_id)
 
     async def load_state(self, session_id: str) -> bytes | None:
@@ -385,12 +387,17 @@ class MemoryStore:
             log.size -= len(dropped)
             log.dropped_upto = dropped_seq
 
-    def _save_call(self, calls: OrderedDict[str, Call], call: Call) -> None:
-        calls[call.call_id] = msgspec.structs.replace(call)  # a copy: the core mutates its own
-        calls.move_to_end(call.call_id)
-        settled = [c.call_id for c in calls.values() if c.settled]
-        for call_id in settled[: max(0, len(settled) - self._max_calls)]:
-            del calls[call_id]
+    def _save_call(self, entry: _Session, call: Call) -> None:
+        entry.calls[call.call_id] = msgspec.structs.replace(call)  # a copy: the core mutates
+        entry.calls.move_to_end(call.call_id)
+        if call.settled:
+            entry.settled[call.call_id] = None
+            entry.settled.move_to_end(call.call_id)
+        else:
+            entry.settled.pop(call.call_id, None)
+        while len(entry.settled) > self._max_calls:  # the least recently saved go first
+            call_id, _ = entry.settled.popitem(last=False)
+            del entry.calls[call_id]
 
     def _touch(self, session_id: str) -> None:
         if self._ttl is None:

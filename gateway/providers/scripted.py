@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from gateway.transcript import (
     PENDING,
     AssistantTurn,
     ContextNote,
+    Item,
     ToolOutcome,
     UserTurn,
     parse_completion_note,
@@ -245,12 +246,7 @@ class ScriptedProvider:
             if not isinstance(item, ToolOutcome | ContextNote):
                 break
             trailing.insert(0, item)
-        args_by_call = {
-            call.call_id: call.args
-            for item in request.items
-            if isinstance(item, AssistantTurn)
-            for call in item.calls
-        }
+        args_by_call = _args_of({i.call_id for i in trailing if i.call_id}, request.items)
         texts: list[str] = []
         calls: list[tuple[str, dict[str, Any]]] = []
         settled_here = {i.call_id for i in trailing if isinstance(i, ContextNote)}
@@ -301,11 +297,23 @@ def _answer_one(
     return render(rule.say, context), [(c.tool, _render_args(c.args, context)) for c in rule.calls]
 
 
+def _args_of(call_ids: set[str], items: Sequence[Item]) -> dict[str, dict[str, Any]]:
+    """The arguments of the calls ``call_ids`` named, from the newest turns back: a long
+    conversation is not read whole for the last few calls."""
+    found: dict[str, dict[str, Any]] = {}
+    for item in reversed(items):
+        if len(found) == len(call_ids):
+            break
+        if isinstance(item, AssistantTurn):
+            found |= {c.call_id: c.args for c in item.calls if c.call_id in call_ids}
+    return found
+
+
+_JSON = msgspec.json.Encoder()
+
+
 def _count_words(request: ModelRequest) -> int:
-    count = len(request.instructions.split())
-    for item in request.items:
-        if isinstance(item, UserTurn | AssistantTurn | ContextNote):
-            count += len(item.text.split())
-        else:
-            count += len(json.dumps(item.output if item.error is None else item.error).split())
-    return count
+    """Words of the instructions and of the history as JSON (text, arguments, outputs):
+    counted in one pass over the encoded history, as a long conversation is sent whole at
+    every step."""
+    return len(request.instructions.split()) + len(_JSON.encode(request.items).split())
