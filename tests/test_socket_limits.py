@@ -119,10 +119,11 @@ async def test_a_peer_that_misses_a_pong_is_closed_with_1013_not_1011():
             conn.websocket.transport.resume_reading()
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await asyncio.wait_for(conn.websocket.recv(), 10)
+        # Checked while the gateway runs: once it stops, it stops every session.
+        assert created.session_id in gateway.runtime.drivers
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1013
     assert closed.value.rcvd.reason == "no pong in time: resume to get the rest"
-    assert created.session_id in gateway.runtime.drivers
 
 
 async def _read_to_the_end(websocket: websockets.ClientConnection) -> None:
