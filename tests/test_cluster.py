@@ -208,3 +208,41 @@ async def test_a_resume_back_on_a_node_that_has_not_noticed_it_lost_the_session(
         await client.send(UserMessage(text="echo three"))
         assert text_of(await until(client, ResponseDone)) == "three"
         await client.close()
+
+
+async def _read_into(client: ResumingClient, events: list[object]) -> None:
+    """Read events into ``events`` until the socket closes (or 10 s pass)."""
+    async with asyncio.timeout(10):
+        while True:
+            events.append(await client.next())
+
+
+SLOW_TEXT = (
+    "this answer streams slowly word by word so that a test can cancel it in the middle of the"
+    " stream and check that nothing else arrives afterwards even though many more words were"
+    " still to come in this long and rather boring sentence that goes on and on"
+)
+
+
+async def test_a_node_shutting_down_hands_its_sessions_over_mid_answer(nodes, redis):
+    a, b = nodes
+    client = ResumingClient(a.url)
+    await client.start()
+    await client.send(UserMessage(text="slowtext"))
+    before = await until(client, TextDelta)
+    # A deploy: node a stops with a short grace; the answer is cut there, not ended.
+    shutdown = asyncio.create_task(a.runtime.shutdown(grace=0.2))
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await _read_into(client, before)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == CloseCode.SERVICE_RESTART
+    await shutdown
+    assert client.session_id not in a.runtime.drivers
+    client.url = b.url
+    await client.resume()  # node b takes it over and runs the cut step again
+    after = await until(client, ResponseDone)
+    assert text_of(before + after) == SLOW_TEXT  # nothing repeated, nothing missing
+    done = after[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.status == "completed"
+    await client.close()
