@@ -41,7 +41,7 @@ from gateway.providers.base import ReportsRetries
 from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.schema_worker import SchemaWorker
 from gateway.session import Session, SessionSettings
-from gateway.state import decode_state
+from gateway.state import decode_items, decode_state
 from gateway.store import Lease, MemoryStore, SessionRecord, Store, store_from_config
 from gateway.transport import realtime_endpoint
 from gateway.workbench import describe_tools, run_tool_alone
@@ -362,6 +362,7 @@ class Runtime:
                 self.sessions.release(record.principal)
                 return expired
             state = decode_state(data)
+            state.history = decode_items(await self.store.load_history(record.session_id))
             session = Session.restore(self._settings(ANONYMOUS), state, new_id=new_id)
             # The text a stream sent since the state was last saved is in the log.
             tail = await self.store.events_after(record.session_id, state.seq)

@@ -67,7 +67,7 @@ from gateway.providers.base import Provider
 from gateway.routing import decode_routed, encode_routed
 from gateway.server_tool import Progress, ServerTool
 from gateway.session import LOG_ONLY, Session
-from gateway.state import encode_state
+from gateway.state import encode_item, encode_state
 from gateway.store import Lease, LeaseLost, Store
 
 __all__ = ["Driver"]
@@ -195,6 +195,8 @@ class Driver:
         self._since_checkpoint_size = 0
         self._checkpoint_seq = session.last_seq
         """The ``seq`` of the last state saved: the log keeps every event after it."""
+        self._history_mark = session.history_mark
+        """Where the transcript stood at the last state saved: the store has it so far."""
         self._batched = 0
         self._store_failing = False
         """The last commit failed: the client was told (``store_unavailable``)."""
@@ -395,6 +397,9 @@ class Driver:
             elif isinstance(effect, SaveCall):
                 calls.append(effect.call)
         state = self._checkpoint(sends)
+        # The transcript goes apart from the rest of the state: only what changed.
+        mark = self.session.history_mark
+        dropped, added = self.session.history_since(self._history_mark) if state else (0, [])
         try:
             await self._store.commit(
                 self.session_id,
@@ -402,6 +407,8 @@ class Driver:
                 state=state,
                 events=[(msg.seq or 0, data) for msg, data in sends],
                 calls=calls,
+                history_drop=dropped,
+                history=[encode_item(item) for item in added],
             )
         except LeaseLost:
             log.warning("session_lease_lost", events=len(sends))
@@ -412,6 +419,8 @@ class Driver:
         except StoreUnavailable as exc:
             self._store_down(exc)
         else:
+            if state is not None:
+                self._history_mark = mark
             if self._store_failing:
                 log.info("store_recovered")
                 self._store_failing = False
@@ -448,7 +457,7 @@ class Driver:
             return None
         self._since_checkpoint = self._since_checkpoint_size = 0
         self._checkpoint_seq = self.session.last_seq
-        return encode_state(self.session.state())
+        return encode_state(self.session.state(with_history=False))
 
     def _store_down(self, exc: StoreUnavailable) -> None:
         """The store did not take a commit: the session goes on live (the next commit

@@ -40,6 +40,8 @@ class History:
         self._turn_starts: list[int] = []
         """Index of each turn's first item, oldest first."""
         self._size = 0
+        self._dropped = 0
+        """Items ``trim`` dropped so far (since this object was made or restored)."""
 
     @property
     def items(self) -> tuple[Item, ...]:
@@ -53,6 +55,21 @@ class History:
     @property
     def turns(self) -> int:
         return len(self._turn_starts)
+
+    @property
+    def mark(self) -> tuple[int, int]:
+        """Where the items kept stand in the conversation: (first, end), counted from the
+        first item this object held; ``since`` tells a store what changed after a mark."""
+        return self._dropped, self._dropped + len(self._items)
+
+    def since(self, mark: tuple[int, int]) -> tuple[int, list[Item]]:
+        """What changed after ``mark``: how many of the items then kept were dropped since
+        (from the front), and the items added since that are still kept."""
+        first, end = mark
+        now_first = self._dropped
+        drop = min(now_first, end) - first
+        start = max(end, now_first)
+        return drop, self._items[start - now_first :]
 
     @property
     def turn_starts(self) -> list[int]:
@@ -96,6 +113,7 @@ class History:
         if cut == 0:
             return 0
         del self._items[:cut]
+        self._dropped += cut
         self._size -= sum(self._sizes[:cut])
         del self._sizes[:cut]
         self._turn_starts = [start - cut for start in self._turn_starts if start >= cut]

@@ -12,14 +12,16 @@ __all__ = ["ACQUIRE", "COMMIT", "CREATE", "KEYS", "POST", "PRELUDE", "RELEASE", 
 
 KEYS = (
     *("record", "state", "fence", "owner", "log", "meta"),
-    *("calls", "order", "settled", "inbox", "known"),  # `known` last: end_session keeps it
+    *("calls", "order", "settled", "inbox", "history"),
+    "known",  # last: end_session keeps it
 )
 
 # Names for KEYS[i] (in KEYS order) and the TTL refresh every write script ends with.
 # ARGV[1] is the session TTL in ms, ARGV[2] the `known` TTL in ms, in every script.
 PRELUDE = """
 local record, state, fence, owner, log, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local calls, order, settled, inbox, known = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local calls, order, settled, inbox, history = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local known = KEYS[12]
 local function touch()
   for i = 1, #KEYS do
     if KEYS[i] ~= owner and KEYS[i] ~= known then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
@@ -29,7 +31,7 @@ end
 """
 
 CREATE = """
-redis.call('DEL', state, log, meta, calls, order, settled, inbox)
+redis.call('DEL', state, log, meta, calls, order, settled, inbox, history)
 redis.call('SET', record, ARGV[3])
 redis.call('SET', known, '1')
 touch()
@@ -37,7 +39,8 @@ touch()
 
 # ARGV: ttl, known ttl, fence ('' = unchecked), max_events, max_size, max_calls,
 # has_state ('1'/'0'), state, n_events, n_events x (seq, data), n_calls,
-# n_calls x (call_id, settled '1'/'0', data). Returns 0 (lease lost) or 1.
+# n_calls x (call_id, settled '1'/'0', data), history_drop, n_items, n_items x item.
+# Returns 0 (lease lost) or 1.
 COMMIT = """
 if ARGV[3] ~= '' and redis.call('GET', fence) ~= ARGV[3] then return 0 end
 if redis.call('EXISTS', record) == 0 then return 1 end
@@ -80,6 +83,11 @@ if excess > 0 then
   end
   redis.call('ZREMRANGEBYRANK', settled, 0, excess - 1)
 end
+-- The transcript: its oldest items dropped, its new ones appended (never rewritten whole).
+local h = i + 1
+local drop = tonumber(ARGV[h])
+if drop > 0 then redis.call('LTRIM', history, drop, -1) end
+for k = 1, tonumber(ARGV[h + 1]) do redis.call('RPUSH', history, ARGV[h + 1 + k]) end
 touch()
 return 1
 """

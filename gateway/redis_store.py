@@ -21,6 +21,8 @@ calls      hash         call id -> the ``Call``, msgpack
 order      sorted set   call ids by their last save (``load_calls`` order)
 settled    sorted set   the settled ones, by last save: only ``max_calls`` are kept
 inbox      list         events posted for the owner by other nodes (``post``)
+history    list         the transcript, one encoded item each: a commit drops the oldest
+                        and appends the new (``state`` holds the rest of the session)
 known      string       "this session existed": ``ended`` is known and no record; it
                         outlives the rest (``ended_ttl``, a day) to tell an expired
                         session from an unknown one
@@ -286,6 +288,8 @@ class RedisStore:
         state: bytes | None,
         events: Sequence[tuple[int, bytes]],
         calls: Sequence[Call] = (),
+        history_drop: int = 0,
+        history: Sequence[bytes] = (),
     ) -> None:
         max_events, max_size, max_calls = self._limits
         args: list[str | int | bytes] = [
@@ -302,12 +306,18 @@ class RedisStore:
         args.append(len(calls))
         for call in calls:
             args += (call.call_id, int(call.settled), _encode(call))
+        args += (history_drop, len(history), *history)
         if not await self._run(self._commit, session_id, *args):
             assert lease is not None
             raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
 
     async def load_state(self, session_id: str) -> bytes | None:
         return await self._get(self._key(session_id, "state"))
+
+    async def load_history(self, session_id: str) -> list[bytes]:
+        with self._guard():
+            items = await self._redis.lrange(self._key(session_id, "history"), 0, -1)
+        return [item if isinstance(item, bytes) else item.encode() for item in items]
 
     async def post(self, session_id: str, data: bytes) -> None:
         await self._run(self._post, session_id, data, self._channel(""), session_id)

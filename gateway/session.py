@@ -79,6 +79,7 @@ from gateway.transcript import (
     CANCELLED,
     AssistantTurn,
     ContextNote,
+    Item,
     RequestedCall,
     UserTurn,
 )
@@ -182,9 +183,10 @@ class Session:
         session._response = response
         return session
 
-    def state(self) -> SessionState:
+    def state(self, *, with_history: bool = True) -> SessionState:
         """Everything this session is, as one value (it shares this session's objects:
-        encode it before the next ``receive``)."""
+        encode it before the next ``receive``). Without history, its transcript is left
+        out (a store that keeps it apart, see ``history_since``)."""
         return SessionState(
             session_id=self.session_id,
             phase=self._phase,
@@ -193,7 +195,7 @@ class Session:
             client_functions=self._client_specs,
             metadata=self.metadata,
             seq=self._out.seq,
-            history=list(self._history.items),
+            history=list(self._history.items) if with_history else [],
             turn_starts=self._history.turn_starts,
             notes=list(self._notes),
             queue=list(self._queue),
@@ -273,6 +275,16 @@ class Session:
                 for completion in self._calls.expire_due(now):
                     self._deliver(completion)
                 self._advance_if_step_settled()
+
+    @property
+    def history_mark(self) -> tuple[int, int]:
+        """Where the transcript stands now (see ``History.mark``)."""
+        return self._history.mark
+
+    def history_since(self, mark: tuple[int, int]) -> tuple[int, list[Item]]:
+        """How the transcript changed after ``mark``: items dropped from its front, and
+        items appended (see ``History.since``)."""
+        return self._history.since(mark)
 
     def catch_up(self, sent: Sequence[ServerMsg]) -> bool:
         """Apply what this session sent after its state was last saved (a store saves the

@@ -33,7 +33,9 @@ __all__ = [
     "Phase",
     "ResponseState",
     "SessionState",
+    "decode_items",
     "decode_state",
+    "encode_item",
     "encode_state",
 ]
 
@@ -103,6 +105,21 @@ class SessionState(msgspec.Struct, kw_only=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(SessionState)
+_item_decoder = msgspec.msgpack.Decoder(Item)
+
+
+def encode_item(item: Item) -> bytes:
+    """One transcript item, for a store that keeps the transcript apart from the state."""
+    return _encoder.encode(item)
+
+
+def decode_items(data: list[bytes]) -> list[Item]:
+    """The items ``encode_item`` wrote.
+
+    Raises:
+        msgspec.ValidationError: one is not an item this gateway can read.
+    """
+    return [_item_decoder.decode(item) for item in data]
 
 
 def encode_state(state: SessionState) -> bytes:

@@ -133,13 +133,16 @@ class Store(Protocol):
         state: bytes | None,
         events: Sequence[tuple[int, bytes]],
         calls: Sequence[Call] = (),
+        history_drop: int = 0,
+        history: Sequence[bytes] = (),
     ) -> None:
         """One durable point, all or nothing, in one round trip.
 
         Appends ``events`` (seq, encoded) to the log with the bounds of
-        ``append_event``, saves the encoded session ``state`` if given and saves
-        ``calls`` into the ledger. Nothing is written for a session that does not exist
-        (ended or expired).
+        ``append_event``, saves the encoded session ``state`` if given, saves ``calls``
+        into the ledger, and drops the ``history_drop`` oldest items of the session's
+        transcript and appends ``history`` (encoded items) to it. Nothing is written for
+        a session that does not exist (ended or expired).
 
         Args:
             lease: the lease the write is made under; ``None`` skips the check (one
@@ -151,6 +154,9 @@ class Store(Protocol):
 
     async def load_state(self, session_id: str) -> bytes | None:
         """The encoded state of the last commit that carried one, or None."""
+
+    async def load_history(self, session_id: str) -> list[bytes]:
+        """The session's transcript as its commits left it: encoded items, oldest first."""
 
     async def post(self, session_id: str, data: bytes) -> None:
         """Leave a routed event for whoever owns the session.
@@ -190,6 +196,7 @@ class _Session:
     """The settled calls' ids, least recently saved first (the ledger's bound)."""
     state: bytes | None = None
     inbox: list[bytes] = field(default_factory=list)
+    history: list[bytes] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -313,6 +320,8 @@ class MemoryStore:
         state: bytes | None,
         events: Sequence[tuple[int, bytes]],
         calls: Sequence[Call] = (),
+        history_drop: int = 0,
+        history: Sequence[bytes] = (),
     ) -> None:
         if lease is not None and not self._holds(session_id, lease):
             raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
@@ -325,11 +334,17 @@ class MemoryStore:
             entry.state = state
         for call in calls:
             self._save_call(entry, call)
+        del entry.history[:history_drop]
+        entry.history += history
         self._touch(session_id)
 
     async def load_state(self, session_id: str) -> bytes | None:
         entry = self._get(session_id)
         return entry.state if entry else None
+
+    async def load_history(self, session_id: str) -> list[bytes]:
+        entry = self._get(session_id)
+        return list(entry.history) if entry else []
 
     async def post(self, session_id: str, data: bytes) -> None:
         entry = self._get(session_id)

@@ -235,3 +235,22 @@ def test_a_result_at_the_cap_is_accepted():
     (status,) = h.feed(ToolResults(results=[result]))
     assert isinstance(status, ToolStatus)
     assert status.status == "completed"
+
+
+def test_since_a_mark_says_what_was_dropped_and_what_was_added():
+    history = History(max_chars=10)
+    history.begin_turn()
+    history.extend([UserTurn(text="aaaa"), AssistantTurn(text="bbbb")])
+    mark = history.mark
+    assert mark == (0, 2)
+    history.begin_turn()
+    history.append(UserTurn(text="cccc"))
+    history.trim()  # the first turn goes
+    assert history.since(mark) == (2, [UserTurn(text="cccc")])
+    mark = history.mark
+    history.begin_turn()
+    history.append(UserTurn(text="dddd"))
+    history.begin_turn()
+    history.append(UserTurn(text="eeeeeeeee"))
+    history.trim()  # drops what was kept at the mark and what came after it, but the last
+    assert history.since(mark) == (1, [UserTurn(text="eeeeeeeee")])

@@ -425,3 +425,22 @@ async def test_renew_many_renews_each_lease_still_held_and_reports_the_lost(stor
     assert await store.owner("s1") == "a"
     assert await store.owner("s2") == "b"
     assert await store.renew_many([], ttl=10) == []
+
+
+async def test_the_transcript_is_kept_apart_its_oldest_items_dropped_new_ones_appended(
+    store: Store,
+):
+    await store.create_session(record())
+    lease = await store.acquire("s1", "a", ttl=10)
+    await store.commit("s1", lease, state=b"v1", events=[], history=[b"i1", b"i2", b"i3"])
+    await store.commit("s1", lease, state=b"v2", events=[], history_drop=2, history=[b"i4"])
+    assert await store.load_state("s1") == b"v2"
+    assert await store.load_history("s1") == [b"i3", b"i4"]
+    other = await store.acquire("s1", "b", ttl=10)  # a stale lease changes nothing
+    with pytest.raises(LeaseLost):
+        await store.commit("s1", lease, state=b"v3", events=[], history_drop=2, history=[b"x"])
+    assert await store.load_history("s1") == [b"i3", b"i4"]
+    await store.commit("s1", other, state=b"v3", events=[], history_drop=5, history=[b"i9"])
+    assert await store.load_history("s1") == [b"i9"]  # dropping more than is kept: all
+    await store.end_session("s1")
+    assert await store.load_history("s1") == []
