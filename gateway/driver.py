@@ -69,6 +69,7 @@ from gateway.server_tool import Progress, ServerTool
 from gateway.session import LOG_ONLY, Session
 from gateway.state import encode_item, encode_state
 from gateway.store import Lease, LeaseLost, Store
+from gateway.text import SurrogatePairer
 
 __all__ = ["Driver"]
 
@@ -701,13 +702,15 @@ class Driver:
     async def _stream_model(self, effect: CallModel) -> None:
         step_id = effect.step_id
         finished = False
+        pairer = SurrogatePairer()  # an emoji cut in two by the server must not end anything
         try:
-            async for event in self._provider.stream(effect.request):
-                self._model_backlog.add()
-                self.feed(ModelOutput(step_id, event))
+            async for received in self._provider.stream(effect.request):
+                for event in pairer.events(received):
+                    self._model_backlog.add()
+                    self.feed(ModelOutput(step_id, event))
                 if not self._model_backlog.room.is_set():
                     await self._model_backlog.room.wait()  # a fast model waits for the session
-                finished = isinstance(event, ModelFinish)
+                finished = isinstance(received, ModelFinish)
                 if finished:
                     break
         except ProviderError as exc:

@@ -1,0 +1,80 @@
+"""Text from a model server made safe to send: UTF-16 surrogate halves paired across chunks.
+
+A server written in a UTF-16 language (JavaScript, Java) may cut a stream between the two
+halves of a character outside the Basic Multilingual Plane (an emoji): one chunk ends with
+``"\\ud83d"`` and the next starts with ``"\\ude00"``. JSON decoding gives Python a string
+with a lone surrogate, which no UTF-8 encoder takes, so sending it would fail. A
+``SurrogatePairer`` holds a trailing high half back until the next piece of text, joins the
+pair into its character, and replaces any half that stays alone with U+FFFD.
+
+Part of the pure core's vocabulary: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.model import ModelEvent, ModelFinish, ModelText, ModelToolCall
+
+__all__ = ["SurrogatePairer", "without_lone_surrogates"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HIGH = re.compile("[\ud800-\udbff]$")
+_REPLACEMENT = "\ufffd"
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with surrogate pairs joined into their characters and lone halves
+    replaced by U+FFFD (unchanged, and not copied, when it has no surrogate)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _clean(value: Any) -> Any:
+    """A JSON value with every string ``without_lone_surrogates``."""
+    if isinstance(value, str):
+        return without_lone_surrogates(value)
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    return value
+
+
+class SurrogatePairer:
+    """Fixes the events of one model step, in order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def events(self, event: ModelEvent) -> list[ModelEvent]:
+        """What to pass on for ``event``: none while a half waits for its pair."""
+        match event:
+            case ModelText(text=text):
+                text = self._held + text
+                self._held = ""
+                if _HIGH.search(text):  # its other half may come with the next piece
+                    text, self._held = text[:-1], text[-1]
+                text = without_lone_surrogates(text)
+                return [ModelText(text)] if text else []
+            case ModelToolCall(args=args):
+                return [
+                    *self._flush(),
+                    ModelToolCall(
+                        name=without_lone_surrogates(event.name),
+                        args=_clean(args),
+                        args_error=event.args_error,
+                    ),
+                ]
+            case ModelFinish():
+                return [*self._flush(), event]
+        return [event]  # pragma: no cover - ModelEvent is exhaustive
+
+    def _flush(self) -> list[ModelEvent]:
+        """A half still held never got its pair: it goes as U+FFFD."""
+        if not self._held:
+            return []
+        self._held = ""
+        return [ModelText(_REPLACEMENT)]
