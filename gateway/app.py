@@ -316,8 +316,10 @@ class Runtime:
         """Whether this node still drives ``driver``'s session. Asked of the store before a
         resume attaches here: a lease renewal late on a busy node must not let a client
         resume a copy another node has moved on from."""
-        if driver.moved or driver.lease is None:
-            return not driver.moved
+        if driver.moved:
+            return False
+        if driver.lease is None:
+            return True
         if await self.store.renew(driver.session_id, driver.lease, ttl=self.config.lease_ttl):
             return True
         driver.let_go()

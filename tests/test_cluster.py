@@ -70,19 +70,39 @@ async def until(client: ResumingClient, kind: type) -> list[object]:
                 return events
 
 
+async def started_on(url: str) -> ResumingClient:
+    """A client with a new session on the node at ``url``."""
+    client = ResumingClient(url)
+    await client.start()
+    return client
+
+
+async def moved_to(client: ResumingClient, url: str) -> SessionResumed:
+    """Cut the client's socket and resume on the node at ``url``."""
+    await client.drop()
+    client.url = url
+    return await client.resume()
+
+
+async def calls_for(client: ResumingClient, text: str) -> ToolCalls:
+    """Say ``text`` and wait for the client-function calls it causes."""
+    await client.send(UserMessage(text=text))
+    events = await until(client, ToolCalls)
+    calls = events[-1]
+    assert isinstance(calls, ToolCalls)
+    return calls
+
+
 def text_of(events: list[object]) -> str:
     return "".join(e.delta for e in events if isinstance(e, TextDelta))
 
 
 async def test_a_client_resumes_on_another_node_and_gets_what_it_missed(nodes):
     a, b = nodes
-    client = ResumingClient(a.url)
-    await client.start()
+    client = await started_on(a.url)
     await client.send(UserMessage(text="echo one two three four"))
     first = await until(client, TextDelta)  # part of the answer, then the socket is cut
-    await client.drop()
-    client.url = b.url
-    resumed = await client.resume()
+    resumed = await moved_to(client, b.url)
     assert resumed.last_seq >= client.last_seq
     rest = await until(client, ResponseDone)
     assert text_of(first + rest) == "one two three four"
@@ -95,14 +115,9 @@ async def test_a_client_resumes_on_another_node_and_gets_what_it_missed(nodes):
 
 async def test_a_client_call_open_on_one_node_is_answered_on_another(nodes):
     a, b = nodes
-    client = ResumingClient(a.url)
-    await client.start()
-    await client.send(UserMessage(text="one"))
-    events = await until(client, ToolCalls)
-    (call,) = next(e for e in events if isinstance(e, ToolCalls)).calls
-    await client.drop()
-    client.url = b.url
-    resumed = await client.resume()
+    client = await started_on(a.url)
+    (call,) = (await calls_for(client, "one")).calls
+    resumed = await moved_to(client, b.url)
     assert [c.call_id for c in resumed.open_calls] == [call.call_id]
     result = ToolResult(call_id=call.call_id, tool="device_a", output={"value": "x"})
     await client.send(ToolResults(results=[result]))
@@ -113,13 +128,10 @@ async def test_a_client_call_open_on_one_node_is_answered_on_another(nodes):
 
 async def test_an_async_result_finishing_on_the_old_node_reaches_the_new_one(nodes):
     a, b = nodes
-    client = ResumingClient(a.url)
-    await client.start()
+    client = await started_on(a.url)
     await client.send(UserMessage(text="order 42"))
     await until(client, ResponseDone)  # the model got {"status": "pending"}
-    await client.drop()
-    client.url = b.url
-    await client.resume()
+    await moved_to(client, b.url)
     gate("order:42").set()  # the tool runs on node a: its outcome is posted to node b
     events = await until(client, ResponseDone)
     created = next(e for e in events if isinstance(e, ResponseCreated))
@@ -132,11 +144,8 @@ async def test_an_async_result_finishing_on_the_old_node_reaches_the_new_one(nod
 
 async def test_the_same_result_sent_to_two_nodes_at_once_applies_once(nodes):
     a, b = nodes
-    client = ResumingClient(a.url)
-    await client.start()
-    await client.send(UserMessage(text="one"))
-    events = await until(client, ToolCalls)
-    (call,) = next(e for e in events if isinstance(e, ToolCalls)).calls
+    client = await started_on(a.url)
+    (call,) = (await calls_for(client, "one")).calls
     result = ToolResults(
         results=[ToolResult(call_id=call.call_id, tool="device_a", output={"value": "x"})]
     )
@@ -193,18 +202,13 @@ async def test_a_resume_back_on_a_node_that_has_not_noticed_it_lost_the_session(
             await stack.enter_async_context(serving(store=redis.url, node_id=name, lease_ttl=60.0))
             for name in ("node-a", "node-b")
         ]
-        client = ResumingClient(a.url)
-        await client.start()
+        client = await started_on(a.url)
         await client.send(UserMessage(text="echo one"))
         await until(client, ResponseDone)
-        await client.drop()
-        client.url = b.url
-        await client.resume()
+        await moved_to(client, b.url)
         await client.send(UserMessage(text="echo two"))
         await until(client, ResponseDone)
-        await client.drop()
-        client.url = a.url
-        await client.resume()  # replayed from where this client is: no gap
+        await moved_to(client, a.url)  # replayed from where this client is: no gap
         await client.send(UserMessage(text="echo three"))
         assert text_of(await until(client, ResponseDone)) == "three"
         await client.close()
@@ -226,8 +230,7 @@ SLOW_TEXT = (
 
 async def test_a_node_shutting_down_hands_its_sessions_over_mid_answer(nodes, redis):
     a, b = nodes
-    client = ResumingClient(a.url)
-    await client.start()
+    client = await started_on(a.url)
     await client.send(UserMessage(text="slowtext"))
     before = await until(client, TextDelta)
     # A deploy: node a stops with a short grace; the answer is cut there, not ended.

@@ -165,13 +165,18 @@ def test_a_step_after_a_tool_call_keeps_its_whole_turn():
     assert items[2] == ToolOutcome(call_id=call.call_id, name="lamp", output={"ok": 1})
 
 
-def test_an_oversized_client_result_fails_the_call_and_is_kept_nowhere():
-    h = Harness(limits=_capped(1_000))
+def _lamp_call_waiting(h: Harness) -> str:
+    """Start the session and a turn whose model asks for the lamp; the call's id."""
     h.start()
     h.feed(UserMessage(text="lamp on"))
     (batch,) = h.model(lamp_call(), ModelFinish())
     assert isinstance(batch, ToolCalls)
-    call_id = batch.calls[0].call_id
+    return batch.calls[0].call_id
+
+
+def test_an_oversized_client_result_fails_the_call_and_is_kept_nowhere():
+    h = Harness(limits=_capped(1_000))
+    call_id = _lamp_call_waiting(h)
     big = ToolResult(call_id=call_id, tool="lamp", output={"ok": "x" * 5_000})
     error, status = h.feed(ToolResults(id="r1", results=[big]))
     assert isinstance(error, Error)
@@ -195,11 +200,7 @@ def test_an_oversized_client_result_fails_the_call_and_is_kept_nowhere():
 
 def test_an_oversized_client_error_is_refused_too():
     h = Harness(limits=_capped(1_000))
-    h.start()
-    h.feed(UserMessage(text="lamp on"))
-    (batch,) = h.model(lamp_call(), ModelFinish())
-    assert isinstance(batch, ToolCalls)
-    call_id = batch.calls[0].call_id
+    call_id = _lamp_call_waiting(h)
     sent = h.feed(
         ToolResults(results=[ToolResult(call_id=call_id, tool="lamp", error="e" * 2_000)])
     )
@@ -227,11 +228,7 @@ def test_an_oversized_server_tool_output_fails_its_call():
 
 def test_a_result_at_the_cap_is_accepted():
     h = Harness(limits=_capped(len('{"ok":"xxxx"}')))
-    h.start()
-    h.feed(UserMessage(text="lamp on"))
-    (batch,) = h.model(lamp_call(), ModelFinish())
-    assert isinstance(batch, ToolCalls)
-    result = ToolResult(call_id=batch.calls[0].call_id, tool="lamp", output={"ok": "xxxx"})
+    result = ToolResult(call_id=_lamp_call_waiting(h), tool="lamp", output={"ok": "xxxx"})
     (status,) = h.feed(ToolResults(results=[result]))
     assert isinstance(status, ToolStatus)
     assert status.status == "completed"
