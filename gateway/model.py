@@ -18,6 +18,7 @@ __all__ = [
     "ModelEvent",
     "ModelFinish",
     "ModelRequest",
+    "ModelRetrying",
     "ModelText",
     "ModelToolCall",
     "ModelUsage",
@@ -68,4 +69,19 @@ class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):
     usage: ModelUsage | None = None
 
 
-ModelEvent = ModelText | ModelToolCall | ModelFinish
+class ModelRetrying(msgspec.Struct, frozen=True, kw_only=True, tag="retrying"):
+    """The step's request failed before the model said anything and is being sent again.
+
+    A provider yields it only before its first text or call of the step, so the client
+    has seen nothing of the step yet; the core tells the client (``response.retrying``).
+    """
+
+    attempt: int
+    """Which retry this is: 1 for the first."""
+    delay: float
+    """Seconds the provider waits before sending the request again."""
+    reason: str
+    """Why, in a few words: ``HTTP 429``, ``ConnectError``, ``no answer in 20 s``..."""
+
+
+ModelEvent = ModelText | ModelToolCall | ModelFinish | ModelRetrying

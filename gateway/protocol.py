@@ -30,6 +30,7 @@ __all__ = [
     "ResponseCancel",
     "ResponseCreated",
     "ResponseDone",
+    "ResponseRetrying",
     "ResponseStatus",
     "ServerMsg",
     "SessionCreated",
@@ -297,6 +298,19 @@ class ResponseCreated(ServerMsg, tag="response.created"):
     """Set instead when the response tells the user an async tool's result."""
 
 
+class ResponseRetrying(ServerMsg, tag="response.retrying"):
+    """The model request failed before the model said anything; the gateway sends it
+    again after ``delay`` seconds. Nothing of the response is lost or repeated."""
+
+    response_id: str
+    attempt: int
+    """Which retry this is: 1 for the first."""
+    delay: float
+    """Seconds before the request is sent again."""
+    reason: str
+    """Why the last attempt failed, in a few words (``HTTP 429``, ``ConnectError``...)."""
+
+
 class TextDelta(ServerMsg, tag="text.delta"):
     response_id: str
     delta: str
@@ -372,6 +386,7 @@ Outbound = (
     | SessionResumed
     | SessionSnapshot
     | ResponseCreated
+    | ResponseRetrying
     | TextDelta
     | TextDone
     | ToolCalls

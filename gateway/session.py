@@ -38,6 +38,7 @@ from gateway.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,
+    ModelRetrying,
     ModelText,
     ModelToolCall,
     ToolSchema,
@@ -56,6 +57,7 @@ from gateway.protocol import (
     ResponseCancel,
     ResponseCreated,
     ResponseDone,
+    ResponseRetrying,
     ResponseStatus,
     ServerMsg,
     SessionCreated,
@@ -667,6 +669,15 @@ class Session:
                     response.usage.input_tokens += usage.input_tokens
                     response.usage.output_tokens += usage.output_tokens
                 self._finish_step(response)
+            case ModelRetrying(attempt=attempt, delay=delay, reason=reason):
+                self._out.send(
+                    ResponseRetrying(
+                        response_id=response.response_id,
+                        attempt=attempt,
+                        delay=round(delay, 3),
+                        reason=reason,
+                    )
+                )
 
     def _on_model_failed(self, event: ModelFailed) -> None:
         response = self._response

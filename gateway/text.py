@@ -70,7 +70,7 @@ class SurrogatePairer:
                 ]
             case ModelFinish():
                 return [*self._flush(), event]
-        return [event]  # pragma: no cover - ModelEvent is exhaustive
+        return [event]  # a retry notice carries no model text
 
     def _flush(self) -> list[ModelEvent]:
         """A half still held never got its pair: it goes as U+FFFD."""

@@ -25,7 +25,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
-from gateway.model import ModelFinish, ModelText, ModelToolCall, ModelUsage
+from gateway.model import ModelFinish, ModelRetrying, ModelText, ModelToolCall, ModelUsage
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
     DecodeFailure,
@@ -36,6 +36,7 @@ from gateway.protocol import (
     ResponseCancel,
     ResponseCreated,
     ResponseDone,
+    ResponseRetrying,
     ServerMsg,
     SessionCreated,
     SessionStart,
@@ -455,6 +456,18 @@ def test_model_failure_fails_the_response_but_not_the_session():
     assert done.status == "failed"
     h.feed(UserMessage(text="again"))
     assert isinstance(h.model(ModelText("fine"), ModelFinish())[-1], ResponseDone)
+
+
+def test_a_retry_before_any_output_is_told_to_the_client_and_the_turn_goes_on():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="x"))
+    (notice,) = h.model(ModelRetrying(attempt=1, delay=0.4567, reason="HTTP 503"))
+    assert isinstance(notice, ResponseRetrying)
+    assert (notice.attempt, notice.delay, notice.reason) == (1, 0.457, "HTTP 503")
+    sent = h.model(ModelText("fine"), ModelFinish())
+    assert [type(m) for m in sent] == [TextDelta, TextDone, ResponseDone]
+    assert {m.response_id for m in (notice, *sent)} == {notice.response_id}  # type: ignore[union-attr]
 
 
 def test_disconnect_cancels_everything_and_closes():
