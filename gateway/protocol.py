@@ -7,6 +7,7 @@ breaking old clients. ``docs/protocol.md`` documents each message with an exampl
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -199,6 +200,9 @@ class DecodeFailure(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     in_reply_to: str | None = None
     retryable: bool = False
+    msg_type: str | None = None
+    """The known ``type`` the frame claimed, when it named one (a broken ``session.resume``
+    must not open a new session)."""
 
 
 # --------------------------------------------------------------------- server -> client
@@ -428,7 +432,7 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
         return _TOO_DEEP
     except msgspec.DecodeError as exc:
         if not isinstance(exc, msgspec.ValidationError):
-            return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
+            return _unreadable(data, exc)
         detail = str(exc)
     # The typed decoder stops at the first wrong value; the rest of the frame may still be
     # broken (truncated, trailing bytes, a number out of range), so this can fail too.
@@ -437,7 +441,7 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     except RecursionError:
         return _TOO_DEEP
     except msgspec.DecodeError as exc:
-        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
+        return _unreadable(data, exc)
     if not isinstance(raw, dict):
         return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
     msg_id = raw.get("id")
@@ -455,7 +459,50 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
             in_reply_to=in_reply_to,
         )
     return DecodeFailure(
-        code="invalid_message", message=f"invalid {msg_type}: {detail}", in_reply_to=in_reply_to
+        code="invalid_message",
+        message=f"invalid {msg_type}: {detail}",
+        in_reply_to=in_reply_to,
+        msg_type=msg_type,
+    )
+
+
+# A \uXXXX escape of a UTF-16 surrogate half (D800-DFFF).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = (
+    "a string holds half of a UTF-16 surrogate pair without its other half (such as an"
+    " emoji cut in two); send well-formed Unicode"
+)
+
+
+def _readable_id(msg_id: Any) -> str | None:
+    """The id to answer, unless it held a blanked-out surrogate: never echo an id the
+    client did not send."""
+    if isinstance(msg_id, str) and len(msg_id) <= 128 and "\ufffd" not in msg_id:
+        return msg_id
+    return None
+
+
+def _unreadable(data: bytes | str, exc: msgspec.DecodeError) -> DecodeFailure:
+    """The failure for a frame that is not JSON msgspec reads. msgspec refuses a lone
+    surrogate escape (``"\\ud83d"`` alone, valid JSON but not Unicode) as "truncated": with
+    those escapes blanked out, the frame is read again only to say so, and to name its
+    ``id`` and ``type``."""
+    raw_bytes = data.encode() if isinstance(data, str) else data
+    if _SURROGATE_ESCAPE.search(raw_bytes) is None:
+        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
+    try:
+        raw = msgspec.json.decode(_SURROGATE_ESCAPE.sub(rb"\\ufffd", raw_bytes))
+    except (msgspec.DecodeError, RecursionError):
+        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {exc}")
+    if not isinstance(raw, dict):
+        return DecodeFailure(code="invalid_message", message=f"invalid JSON: {_LONE_SURROGATE}")
+    msg_id, msg_type = raw.get("id"), raw.get("type")
+    known = msg_type if msg_type in CLIENT_MESSAGE_TYPES else None
+    return DecodeFailure(
+        code="invalid_message",
+        message=f"invalid {known or 'message'}: {_LONE_SURROGATE}",
+        in_reply_to=_readable_id(msg_id),
+        msg_type=known,
     )
 
 

@@ -192,6 +192,10 @@ async def _open(
         return None
     if isinstance(first, SessionResume):
         return await _resume(runtime, conn, first, principal)
+    if isinstance(first, DecodeFailure) and first.msg_type == "session.resume":
+        # A client that meant to resume must not silently get a new, empty session.
+        await _refuse(runtime, conn, CloseCode.POLICY, first.message, label="invalid_resume")
+        return None
     try:
         driver = await runtime.start_session(principal)
     except (TooManySessions, StoreUnavailable) as exc:

@@ -79,8 +79,21 @@ BAD_FRAMES = [
         None,
         "out of range",
     ),
-    ('{"type": "user.message", "id": "s1", "text": "\\ud800"}', "invalid_message", None, "JSON"),
-    ('{"type": "user.message", "id": "\\udfff", "text": "hi"}', "invalid_message", None, "JSON"),
+    # Valid JSON but not Unicode: half of a surrogate pair (an emoji cut in two).
+    (
+        '{"type": "user.message", "id": "s1", "text": "\\ud800"}',
+        "invalid_message",
+        "s1",
+        "surrogate",
+    ),
+    ('{"type": "user.message", "id": "s2", "text": "a\\ude00"}', "invalid_message", "s2", "emoji"),
+    (
+        '{"type": "user.message", "id": "\\udfff", "text": "hi"}',
+        "invalid_message",
+        None,
+        "surrogate",
+    ),
+    ('{"type": "user.message", "id": "s3", "text": "\\ud800', "invalid_message", None, "JSON"),
     ("[" * 20_000 + "]" * 20_000, "invalid_message", None, "nested too deeply"),
     ('{"type": "session.update", "metadata": ' + "[" * 20_000, "invalid_message", None, "JSON"),
     (
@@ -177,6 +190,18 @@ async def test_bad_session_start_is_refused_and_can_be_retried(url, start, words
         assert words in error.message
         await conn.send(SessionStart())
         assert isinstance(await conn.recv(), SessionCreated)
+
+
+async def test_a_broken_session_resume_is_refused_not_turned_into_a_new_session(url):
+    async with connect_raw(url) as conn:
+        resume = {"type": "session.resume", "session_id": "s", "resume_token": "t", "last_seq": -1}
+        await conn.send_raw(json.dumps(resume))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await conn.recv()  # no session.created, no error about an unstarted session
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1008
+    assert "invalid session.resume" in closed.value.rcvd.reason
+    assert "last_seq" in closed.value.rcvd.reason
 
 
 async def test_frame_over_the_size_limit_closes_with_1009(url):
