@@ -15,9 +15,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 from gateway.model import ModelEvent, ModelFinish, ModelText, ModelToolCall
 
-__all__ = ["SurrogatePairer", "without_lone_surrogates"]
+__all__ = ["SurrogatePairer", "uncarriable", "without_lone_surrogates"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _HIGH = re.compile("[\ud800-\udbff]$")
@@ -78,3 +80,21 @@ class SurrogatePairer:
             return []
         self._held = ""
         return [ModelText(_REPLACEMENT)]
+
+
+def uncarriable(event: ModelEvent) -> str | None:
+    """Why the gateway could not carry ``event`` (send it as JSON, store it as
+    MessagePack), or ``None``. Only tool calls can fail: their arguments are whatever
+    JSON the model wrote, and an integer beyond 64 bits reads in Python but has no
+    MessagePack form. Checked before the core sees the event, so a call that could not be
+    stored is never made."""
+    if not isinstance(event, ModelToolCall):
+        return None
+    if not isinstance(event.name, str) or not isinstance(event.args, dict):
+        return "the model sent a tool call without a name or an arguments object"
+    try:
+        msgspec.msgpack.encode(event.args)
+        msgspec.json.encode(event.args)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return f"the model sent a tool call the gateway cannot carry ({event.name}: {exc})"
+    return None
