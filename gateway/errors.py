@@ -49,6 +49,7 @@ class CloseCode(enum.IntEnum):
 
     NORMAL = 1000
     GOING_AWAY = 1001
+    INVALID_DATA = 1007  # a text frame that is not UTF-8: closed by the server library
     POLICY = 1008
     TOO_BIG = 1009
     INTERNAL = 1011  # our bug; never carries a reason

@@ -21,6 +21,7 @@ import websockets
 import gateway.schema_worker
 import gateway.transport
 from client_sdk import Connection, connect_raw
+from gateway.errors import CloseCode
 from gateway.protocol import (
     Error,
     Ping,
@@ -303,7 +304,7 @@ async def test_invalid_utf8_in_a_text_frame_closes_with_1007_and_the_session_res
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await conn.recv()
         assert closed.value.rcvd is not None
-        assert closed.value.rcvd.code == 1007
+        assert closed.value.rcvd.code == CloseCode.INVALID_DATA
         async with connect_raw(url) as again:
             resume = SessionResume(
                 session_id=created.session_id, resume_token=created.resume_token, last_seq=1
