@@ -1019,7 +1019,10 @@ function newClient(token) {
   const client = new sdk.GatewayClient(WS_URL, { reconnect: true, token, maxReconnectDelay: 4000 });
   conv = client;
   registerClientFunctions();
-  client.on("*", (event) => { if (conv === client) handleEvent(event); });
+  const draw = (event) => { if (conv === client) handleEvent(event); };
+  client.on("*", draw);
+  // Newer than some SDKs, which hand it only to listeners that name it (seq de-duplicates).
+  client.on("response.retrying", draw);
   // A saved session the gateway refuses is not "over" for the user: a new one starts at once.
   client.on("connection", (change) => { if (conv === client && !(reloaded && change.state === "closed")) setConnection(change); });
   return client;
