@@ -138,15 +138,22 @@ async def test_with_auth_on_the_page_connects_with_a_token_from_its_url():
                 json={"origin": base, "user": {"id": "demo-user"}},
                 headers={"authorization": f"Bearer {key}"},
             )
+            anonymous = await client.get("/v1/agent")
         assert minted.status_code == 201
+        assert anonymous.status_code == 401  # like GET /v1/tools: a key or a token
         path = f"/?token={minted.json()['token']}"
         async with open_page(gateway, "test_with_auth_on_the_page", path=path) as page:
             assert "token" not in page.url  # removed from the address bar at once
             await expect(page.locator('.tool[data-tool="check_stock"]')).to_be_visible()
+            await expect(page.locator(".suggestion")).to_have_count(6)  # GET /v1/agent, token
             await send(page, "hello")
             await expect(last_answer(page)).to_contain_text(GREETING)
             (driver,) = gateway.runtime.drivers.values()
             assert driver.session.principal.name == "key:backend/user:demo-user"
+            await page.reload()  # the token was kept for this tab: the session resumes
+            await expect(page.locator("#messages")).to_contain_text("restored after the reload")
+            await expect(last_answer(page)).to_contain_text(GREETING)
+            assert list(gateway.runtime.drivers) == [driver.session_id]
 
 
 # ---- Layout and rendering, at 1280x800 and 390x844 ----------------------------------------------
