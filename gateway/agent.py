@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -44,12 +44,17 @@ class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Async tools: overrides the delivery set in ``@tool``."""
 
 
+_Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
 class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
     instructions: str = ""
     model: ModelSettings = ModelSettings()
     server_tools: list[ServerToolEntry] = []
     client_functions: list[ClientFunctionEntry] = []
+    suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
+    """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +66,10 @@ class Agent:
     tools: ToolRegistry
     server_tools: dict[str, ServerTool]
     provider: Provider
+    model: str | None = None
+    """The model's name for HTTP providers (``gpt-4o-mini``); ``None`` for the scripted one."""
+    suggestions: tuple[str, ...] = ()
+    """Example prompts for chat pages, from the agent file (may be empty)."""
 
 
 def _import_tool(ref: str, base_dir: Path) -> object:
@@ -105,6 +114,7 @@ def load_agent(
     """
     spec = load_toml(path, AgentFile)
     try:
+        settings = _override(spec.model, model, base_url)
         server_tools: dict[str, ServerTool] = {}
         for entry in spec.server_tools:
             found = _import_tool(entry.ref, path.parent)
@@ -126,9 +136,7 @@ def load_agent(
             for fn in spec.client_functions
         ]
         tools = ToolRegistry([*(t.definition for t in server_tools.values()), *client_defs])
-        provider = create_provider(
-            _override(spec.model, model, base_url), base_dir=path.parent, pace=pace
-        )
+        provider = create_provider(settings, base_dir=path.parent, pace=pace)
         if len(tools) and not provider.capabilities.tools:
             names = ", ".join(d.name for d in tools.definitions())
             raise ConfigError(
@@ -142,6 +150,8 @@ def load_agent(
         tools=tools,
         server_tools=server_tools,
         provider=provider,
+        model=settings.model if settings.provider != "scripted" else None,
+        suggestions=tuple(spec.suggestions),
     )
 
 

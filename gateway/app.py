@@ -44,7 +44,7 @@ from gateway.session import Session, SessionSettings
 from gateway.state import decode_items, decode_state
 from gateway.store import Lease, MemoryStore, SessionRecord, Store, store_from_config
 from gateway.transport import realtime_endpoint
-from gateway.workbench import describe_tools, run_tool_alone
+from gateway.workbench import describe_agent, describe_tools, run_tool_alone
 
 __all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "create_app", "new_id"]
 
@@ -541,6 +541,11 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
             return refused
         return JSONResponse(describe_tools(runtime.agent))
 
+    async def describe(request: Request) -> JSONResponse:
+        if (refused := guard_bearer(runtime, request)) is not None:
+            return refused
+        return JSONResponse(describe_agent(runtime.agent))
+
     async def test_tool(request: Request) -> JSONResponse:
         if (refused := guard_tool_test(runtime, request)) is not None:
             return refused
@@ -559,6 +564,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         Route("/healthz", health),
         Route("/readyz", ready),
         Route("/metrics", metrics),
+        Route("/v1/agent", describe),
         Route("/v1/tools", list_tools),
         Route("/v1/tools/{name}/test", test_tool, methods=["POST"]),
         WebSocketRoute("/v1/realtime", realtime_endpoint),

@@ -11,7 +11,18 @@ import msgspec
 
 from gateway.agent import Agent
 
-__all__ = ["describe_tools", "run_tool_alone"]
+__all__ = ["describe_agent", "describe_tools", "run_tool_alone"]
+
+
+def describe_agent(agent: Agent) -> dict[str, Any]:
+    """What a chat page shows about the agent (``GET /v1/agent``): its name, the provider
+    and model behind it, and the example prompts its file declares. No URL, no key."""
+    return {
+        "agent": agent.name,
+        "provider": agent.provider.name,
+        "model": agent.model,
+        "suggestions": list(agent.suggestions),
+    }
 
 
 def describe_tools(agent: Agent) -> dict[str, Any]:

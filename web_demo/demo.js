@@ -2,16 +2,21 @@
 // client functions that act on this page, server tools, an event inspector and a tools panel.
 // No framework and no build step: plain DOM code, served by the gateway under /demo/.
 
+import { $, compact, el, jsonDetails, kvCard, pretty } from "./cards.js";
+import { forget, keepToken, loadSaved, save } from "./saved.js";
+
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 const SDK_URL = "/sdk/gateway-client.js";
 
 // ---- Credential: a client token from the page's URL (?token=, minted by your backend with
 // POST /v1/sessions), else a development token from POST /v1/dev/token (served only by a
 // gateway started with --no-auth). The URL's token is removed from the address bar at once,
-// so it stays out of the history and of Referer headers.
+// so it stays out of the history and of Referer headers; it is kept in sessionStorage (this
+// tab only), so that a reload can resume the session.
 
-const PAGE_TOKEN = new URLSearchParams(location.search).get("token");
-if (PAGE_TOKEN !== null) {
+const URL_TOKEN = new URLSearchParams(location.search).get("token");
+const PAGE_TOKEN = keepToken(URL_TOKEN);
+if (URL_TOKEN !== null) {
   const url = new URL(location.href);
   url.searchParams.delete("token");
   history.replaceState(history.state, "", url);
@@ -31,10 +36,12 @@ async function currentToken() {
   return PAGE_TOKEN ?? (await devToken());
 }
 
-/** Headers carrying the token for the HTTP endpoints (GET /v1/tools needs one when auth is on). */
-async function authHeaders() {
-  const token = await currentToken().catch(() => null);
-  return token ? { authorization: `Bearer ${token}` } : {};
+let httpHeaders = null;
+/** Headers carrying a token for the HTTP endpoints (GET /v1/agent and /v1/tools need one when
+ * auth is on); one token for the page's first requests. */
+function authHeaders() {
+  httpHeaders ??= currentToken().then((token) => (token ? { authorization: `Bearer ${token}` } : {}), () => ({}));
+  return httpHeaders;
 }
 
 // The demo's store directory: the same five stores as client_sdk/device.py (zip -> store).
@@ -46,7 +53,8 @@ const STORES = [
   { zip: 98101, name: "Downtown", address: "1420 5th Ave, Seattle, WA" },
 ];
 
-// Inputs prefilled in the tools panel, and a chat prompt that makes the model call each tool.
+// Inputs prefilled in the tools panel, and a chat prompt that makes the demo's model call each
+// tool (offered only when the agent suggests that very prompt: another agent has other phrases).
 const TOOL_EXAMPLES = { check_stock: { product: "headphones" }, check_order_status: { order_id: "1234" } };
 const TOOL_PROMPTS = {
   open_settings: "open the settings",
@@ -56,37 +64,17 @@ const TOOL_PROMPTS = {
   check_order_status: "where is my order 1234?",
 };
 const SETTINGS_SECTIONS = ["display", "sound", "privacy", "network"];
-const CONNECTION_LABELS = { connecting: "Connecting…", open: "Connected", reconnecting: "Reconnecting…", closed: "Offline" };
+const CONNECTION_LABELS = {
+  connecting: "Connecting…", open: "Connected", reconnecting: "Reconnecting…", closed: "Disconnected", offline: "Offline",
+};
 const DONE_NOTES = { cancelled: "Stopped", incomplete: "Incomplete: the reply was cut short", failed: "Failed" };
 const MAX_EVENT_ROWS = 1000;
 const PREVIEW_FIRST = ["delta", "text", "tool", "status", "code", "message", "progress", "result", "error", "calls"];
 
 // ---- Small helpers -----------------------------------------------------------------------------
 
-const $ = (selector, root = document) => root.querySelector(selector);
-
-/** Create an element: el("li", { class: "msg", "data-x": 1 }, "text", child). */
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === undefined || value === null || value === false) continue;
-    node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
-
-/** One-line JSON, shortened to `max` characters. */
-function compact(value, max = 90) {
-  let text;
-  try { text = JSON.stringify(value) ?? String(value); } catch { text = String(value); }
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
-}
-
 /** Events with a real `seq`; the SDK gives connection-level events (session.resumed...) seq 0. */
 const hasSeq = (event) => typeof event.seq === "number" && event.seq > 0;
-
-const pretty = (value) => { try { return JSON.stringify(value, null, 2); } catch { return String(value); } };
 
 // ---- State -------------------------------------------------------------------------------------
 
@@ -95,13 +83,14 @@ let sdk = null;           // the SDK module (for its error classes)
 let session = null;       // the session.created event
 let highestSeq = 0;       // events at or below it were handled already (defensive de-duplication)
 const toolInfo = new Map();    // tool name -> ToolInfo (from session.created or GET /v1/tools)
-const responses = new Map();   // response_id -> { bubble, text, textNode, last, sep }
-const calls = new Map();       // call_id -> { tool, display, kind, node, responseId }
+const responses = new Map();   // response_id -> { bubble, body, text, textNode, sep, status }
+const calls = new Map();       // call_id -> { id, tool, display, kind, isAsync, node, responseId }
 const lifecycles = new Map();  // call_id -> <ol> of steps in the inspector
 const running = new Set();     // response ids that have not ended
 const clientOutputs = new Map(); // call_id -> what our handler returned, shown with the ✓
 
-const settings = { theme: "system", inspector: true, chime: false, battery: true };
+const settings = { theme: "system", inspector: true, chime: false, battery: true, deltas: false, side: "tools" };
+let agentInfo = null;     // GET /v1/agent: { agent, provider, model, suggestions }
 const darkQuery = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
 
 const messages = $("#messages");
@@ -129,10 +118,13 @@ function applySettings() {
   $("#set-inspector").checked = settings.inspector;
   $("#set-chime").checked = settings.chime;
   $("#set-battery").checked = settings.battery;
+  $("#show-deltas").checked = settings.deltas;
+  $("#inspector").classList.toggle("hide-deltas", !settings.deltas);
   $("#inspector-panel").hidden = !settings.inspector;
-  $(".side").classList.toggle("single", !settings.inspector);
   $("#tab-inspector").hidden = !settings.inspector;
+  $("#side-tab-inspector").hidden = !settings.inspector;
   if (!settings.inspector && $("#layout").dataset.view === "inspector") showView("chat");
+  showSide(settings.inspector ? settings.side : "tools");
 }
 
 function bindSettings() {
@@ -143,6 +135,7 @@ function bindSettings() {
   bindCheck("#set-inspector", "inspector");
   bindCheck("#set-chime", "chime");
   bindCheck("#set-battery", "battery");
+  bindCheck("#show-deltas", "deltas");
   darkQuery?.addEventListener?.("change", applySettings);
   $("#open-settings").addEventListener("click", () => (settingsPanel.hidden ? openSettings(null, { focus: true }) : closeSettings()));
   $("#settings-close").addEventListener("click", closeSettings);
@@ -174,6 +167,7 @@ function refreshNetworkInfo() {
   if (settingsPanel.hidden) return;
   $("#net-url").textContent = WS_URL;
   $("#net-session").textContent = session?.session_id ?? "–";
+  $("#net-model").textContent = agentInfo ? modelName(agentInfo) : "–";
   $("#net-reconnects").textContent = String(conv?.reconnects ?? 0);
   $("#net-seq").textContent = String(conv?.lastSeq ?? (highestSeq || "–"));
 }
@@ -245,16 +239,25 @@ function keepScrolled(change) {
   if (stick) chatScroll.scrollTop = chatScroll.scrollHeight;
 }
 
-/** Add `node` after `after` (a node of #messages), or at the end. */
-function place(node, after = null) {
-  keepScrolled(() => (after && after.parentNode === messages ? after.after(node) : messages.append(node)));
+/** Add `node` at the end of the conversation. */
+function place(node) {
+  keepScrolled(() => messages.append(node));
 }
 
-/** Add a line that belongs to a response (a tool call, an async chip) after that response's last line. */
-function placeForResponse(responseId, node) {
+/**
+ * Add a part to a response where it happened (a tool row, an async chip, an error): after the
+ * text so far; the model's next step writes below it. Without a known response, on its own line.
+ */
+function addPart(responseId, node) {
   const r = responseId ? responses.get(responseId) : null;
-  place(node, r?.last ?? null);
-  if (r) r.last = node;
+  if (!r) {
+    place(el("li", { class: "msg orphan" }, node));
+    return;
+  }
+  clearStatus(r);
+  keepScrolled(() => r.body.append(node));
+  r.text = null; // the next text starts a new paragraph, below this part
+  r.textNode = null;
 }
 
 function addUserBubble(text) {
@@ -271,32 +274,32 @@ function addNote(text, { kind = "info", action = null } = {}) {
   if (now - (recentNotes.get(text) ?? 0) < 2000) return;
   recentNotes.set(text, now);
   const line = el("li", { class: `msg system ${kind}` }, el("span", {}, text));
-  if (action) {
-    const button = el("button", { class: "btn btn-small", type: "button" }, action.label);
-    button.addEventListener("click", action.run);
-    line.append(" ", button);
-  }
+  // Actions are named, not bound, so that a conversation redrawn after a reload still has them.
+  if (action) line.append(" ", el("button", { class: "btn btn-small", type: "button", "data-action": action }, NOTE_ACTIONS[action].label));
   place(line);
 }
 
-/** The assistant bubble of a response, created on response.created (or lazily on a stray delta). */
+const NOTE_ACTIONS = {
+  restart: { label: "Start again", run: () => { forget(); location.reload(); } },
+};
+
+/** The assistant message of a response, created on response.created (or lazily on a stray delta). */
 function ensureResponse(responseId, created = {}) {
   let r = responses.get(responseId);
   if (r) return r;
+  const body = el("div", { class: "msg-body" });
   const bubble = el("li", {
     class: "msg assistant", "data-response-id": responseId, "data-state": "streaming", "aria-busy": "true",
     "data-in-reply-to": created.in_reply_to, "data-call-id": created.call_id,
-  });
+  }, el("span", { class: "avatar", "aria-hidden": "true" }, "◉"), body);
   if (created.call_id) {
     // A response started by an async tool's result, not by a user message.
     const call = calls.get(created.call_id);
     bubble.classList.add("async-update");
-    bubble.append(el("span", { class: "msg-label" }, `↻ Async update · ${call ? call.display : "tool result"}`));
+    body.append(el("span", { class: "msg-label" }, `↻ Async update · ${call ? call.display : "tool result"}`));
   }
-  const text = el("p", { class: "msg-text" });
-  bubble.append(text);
   place(bubble);
-  r = { bubble, text, textNode: null, last: bubble, sep: false };
+  r = { bubble, body, text: null, textNode: null, sep: false, status: null };
   responses.set(responseId, r);
   running.add(responseId); // until its response.done
   updateStop();
@@ -305,7 +308,9 @@ function ensureResponse(responseId, created = {}) {
 
 function appendDelta(responseId, delta) {
   const r = ensureResponse(responseId);
+  clearStatus(r);
   keepScrolled(() => {
+    if (!r.text) r.body.append((r.text = el("p", { class: "msg-text" })));
     if (!r.textNode) r.text.append((r.textNode = document.createTextNode("")));
     // A new model step (after text.done) starts with a space, so steps do not run together.
     if (r.sep && r.textNode.data && !/\s$/.test(r.textNode.data)) r.textNode.appendData(" ");
@@ -314,60 +319,112 @@ function appendDelta(responseId, delta) {
   });
 }
 
+/** A discreet line under the response (the model is being retried); gone with the next part. */
+function setStatus(r, text) {
+  clearStatus(r);
+  r.status = el("p", { class: "msg-retry", role: "status" }, text);
+  keepScrolled(() => r.body.append(r.status));
+}
+
+function clearStatus(r) {
+  r.status?.remove();
+  r.status = null;
+}
+
+function onRetrying(event) {
+  const r = ensureResponse(event.response_id);
+  const delay = Math.max(0, Math.round(Number(event.delay) || 0));
+  const reason = event.reason ? `${event.reason}: ` : "";
+  setStatus(r, `↻ The model did not answer (${reason}trying again in ${delay} s, retry ${event.attempt}).`);
+}
+
+/** An error event: in the response it ended when it names one, else a line of its own. */
+function onError(event) {
+  const r = event.response_id ? responses.get(event.response_id) : null;
+  if (!r) {
+    addNote(`${event.code}: ${event.message}`, { kind: "error" });
+    return;
+  }
+  addPart(event.response_id, el("p", { class: "msg-error", role: "alert", title: event.code }, `⚠ ${event.message}`));
+}
+
 function finishResponse(event) {
   const r = ensureResponse(event.response_id);
+  clearStatus(r);
   const state = event.status === "completed" ? "done" : String(event.status || "done");
   r.bubble.dataset.state = state;
   r.bubble.setAttribute("aria-busy", "false");
-  if (!r.textNode) r.bubble.classList.add("empty");
-  if (DONE_NOTES[state]) r.bubble.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
+  if (!r.body.querySelector(".msg-text, .activity, .chip, .msg-error")) r.bubble.classList.add("empty");
+  if (DONE_NOTES[state]) r.body.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
   running.delete(event.response_id);
   updateStop();
   chime();
+  saveConversation();
 }
 
 function updateStop() {
   stopButton.disabled = running.size === 0;
 }
 
-/** A small activity line for a client-function call or a sync server-tool call. */
+/** A tool row: what was called, where it runs, its arguments and, once known, its result as a card. */
 function addActivity(call, args) {
   const icon = call.kind === "client" ? "⚙" : "☁";
-  const where = call.kind === "client" ? "runs in this page" : "runs on the gateway";
-  call.node = el("li", { class: `activity ${call.kind}`, "data-call-id": call.id, "data-status": "running", title: `${call.tool}: ${where}` },
+  const where = call.kind === "client" ? "in this page" : "on the gateway";
+  call.node = el("div", {
+    class: `activity ${call.kind}`, "data-call-id": call.id, "data-tool": call.tool, "data-status": "running",
+    title: `${call.tool}: runs ${where}`,
+  },
+  el("div", { class: "activity-head" },
     el("span", { class: "activity-icon", "aria-hidden": "true" }, icon),
     el("span", { class: "activity-name" }, call.display),
-    args === undefined ? null : el("code", { class: "activity-args" }, compact(args, 60)),
-    el("span", { class: "activity-result" }, call.kind === "client" ? "running in this page…" : "running on the gateway…"));
-  placeForResponse(call.responseId, call.node);
+    el("span", { class: "activity-where" }, where),
+    el("span", { class: "activity-state" }, "running…")),
+  args === undefined || Object.keys(args).length === 0 ? null : el("div", { class: "activity-args" }, argsLine(args)),
+  el("div", { class: "activity-result" }));
+  if (args !== undefined) call.args = args;
+  addPart(call.responseId, call.node);
+}
+
+/** A call's arguments on one line: zip_code 92031 · section display. */
+function argsLine(args) {
+  return Object.entries(args).map(([key, value]) => `${key} ${typeof value === "string" ? value : compact(value, 60)}`).join(" · ");
 }
 
 function updateActivity(call, event) {
+  const state = $(".activity-state", call.node);
   const result = $(".activity-result", call.node);
   const status = event.status;
   if (status === "running" || status === "pending") return;
   if (status === "progress") {
-    result.textContent = `… ${event.progress?.stage ?? compact(event.progress, 50)}`;
+    state.textContent = `… ${event.progress?.stage ?? compact(event.progress, 50)}`;
     return;
   }
   call.node.dataset.status = status;
+  const raw = {};
+  if (call.args !== undefined) raw.args = call.args;
   if (status === "completed") {
     const output = call.kind === "client" ? clientOutputs.get(call.id) : event.result;
     clientOutputs.delete(call.id);
-    result.textContent = output === undefined ? "✓" : `✓ ${compact(output, 70)}`;
+    state.textContent = "✓ done";
+    if (output !== undefined) {
+      result.replaceChildren(kvCard(output));
+      raw.result = output;
+    }
   } else {
-    const mark = status === "expired" ? "⏱ expired" : status === "cancelled" ? "⊘ cancelled" : "✗";
-    result.textContent = `${mark}${event.error ? ` ${event.error}` : ""}`;
+    state.textContent = status === "expired" ? "⏱ expired" : status === "cancelled" ? "⊘ cancelled" : "✗ failed";
+    if (event.error) result.replaceChildren(el("p", { class: "activity-error" }, event.error));
+    raw.error = event.error ?? status;
   }
+  keepScrolled(() => call.node.append(jsonDetails(raw)));
 }
 
 /** The chip of an async server tool: pending (spinner) → progress (stage) → completed / failed. */
 function addAsyncChip(call) {
-  call.node = el("li", { class: "chip async", "data-call-id": call.id, "data-status": "pending" },
+  call.node = el("div", { class: "chip async", "data-call-id": call.id, "data-tool": call.tool, "data-status": "pending" },
     el("span", { class: "chip-icon spinner", "aria-hidden": "true" }),
     el("span", { class: "chip-title" }, call.display),
     el("span", { class: "chip-detail" }, "checking…"));
-  placeForResponse(call.responseId, call.node);
+  addPart(call.responseId, call.node);
 }
 
 function updateAsyncChip(call, event) {
@@ -422,8 +479,9 @@ function handleEvent(event) {
       }
       case "tool.calls": for (const call of event.calls ?? []) onClientCall(call, event.response_id); break;
       case "tool.status": onToolStatus(event); break;
+      case "response.retrying": onRetrying(event); break;
       case "response.done": finishResponse(event); break;
-      case "error": addNote(`${event.code}: ${event.message}`, { kind: "error" }); break;
+      case "error": onError(event); break;
       case "session.resumed": onResumed(event); break;
       case "session.snapshot": onSnapshot(event); break;
       default: break;
@@ -471,22 +529,30 @@ function onToolStatus(event) {
 
 function onResumed(event) {
   const missed = Math.max(0, (event.last_seq ?? 0) - (event.replayed_from ?? 0) + 1);
-  addNote(`↻ Connection restored: session resumed, ${missed} missed event${missed === 1 ? "" : "s"} replayed.`, { kind: "ok" });
+  const replayed = `${missed} missed event${missed === 1 ? "" : "s"} replayed`;
+  if (reloaded) addNote(`↻ Conversation restored after the reload: same session, ${replayed}.`, { kind: "ok" });
+  else addNote(`↻ Connection restored: session resumed, ${replayed}.`, { kind: "ok" });
   for (const c of event.open_calls ?? []) addStep(c.call_id, c.tool, "offered again", `${Math.round(c.timeout ?? 0)} s left`);
 }
 
 /** Events were lost for good: redraw the conversation from the snapshot's transcript. */
 function onSnapshot(event) {
   responses.clear();
+  calls.clear();
   messages.replaceChildren();
   for (const entry of event.transcript ?? []) {
     if (entry.role === "user") addUserBubble(entry.text);
-    else place(el("li", { class: "msg assistant", "data-state": "done" }, el("p", { class: "msg-text" }, entry.text)));
+    else {
+      place(el("li", { class: "msg assistant", "data-state": "done" },
+        el("span", { class: "avatar", "aria-hidden": "true" }, "◉"),
+        el("div", { class: "msg-body" }, el("p", { class: "msg-text" }, entry.text))));
+    }
   }
   if (typeof event.last_seq === "number") highestSeq = event.last_seq;
   running.clear();
   updateStop();
-  addNote("Some events could not be replayed: the conversation was restored from a snapshot.", { kind: "warn" });
+  addNote("Some events could not be replayed: the conversation was redrawn from the gateway's transcript (text only).", { kind: "warn" });
+  saveConversation();
 }
 
 // ---- Event inspector ---------------------------------------------------------------------------
@@ -537,7 +603,6 @@ function addStep(callId, tool, step, detail) {
 }
 
 function bindInspector() {
-  $("#hide-deltas").addEventListener("change", (e) => inspector.classList.toggle("hide-deltas", e.target.checked));
   $("#clear-events").addEventListener("click", () => {
     inspector.replaceChildren();
     eventCount = 0;
@@ -548,6 +613,41 @@ function bindInspector() {
 // ---- Tools panel: GET /v1/tools, and POST /v1/tools/{name}/test for server tools ---------------
 
 let toolsFallback = false; // /v1/tools failed: show the session's tool list instead
+
+/** GET /v1/agent: the agent's name, its provider and model, its suggested prompts. */
+async function loadAgent() {
+  try {
+    const response = await fetch("/v1/agent", { headers: { accept: "application/json", ...(await authHeaders()) } });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    renderAgent(await response.json());
+  } catch {
+    renderAgent(null); // an older gateway: no suggestions rather than another agent's
+  }
+}
+
+/** "scripted (deterministic rules, not an LLM)" or "openai · gpt-4o-mini". */
+function modelName(info) {
+  if (info.provider === "scripted") return "scripted (deterministic rules, not an LLM)";
+  return info.model ? `${info.provider} · ${info.model}` : info.provider;
+}
+
+function renderAgent(info) {
+  agentInfo = info;
+  const prompts = info?.suggestions ?? [];
+  const row = $("#suggestions");
+  row.replaceChildren(...prompts.map((text) => {
+    const chip = el("button", { class: "suggestion", type: "button" }, text);
+    chip.addEventListener("click", () => send(text));
+    return chip;
+  }));
+  row.hidden = prompts.length === 0;
+  $("#agent-name").textContent = info?.agent ? `the ${info.agent} agent` : "the agent";
+  $("#model-note").textContent = info ? `Model: ${modelName(info)}.${prompts.length ? " Try the suggestions below." : ""}` : "";
+  if (toolList) renderTools(...toolList);
+  refreshNetworkInfo();
+}
+
+let toolList = null; // the arguments of the last renderTools, to redraw it when the agent's info arrives
 
 async function loadTools() {
   try {
@@ -577,6 +677,7 @@ function exampleInput(tool) {
 }
 
 function renderTools(tools, agent) {
+  toolList = [tools, agent];
   $("#tools-agent").textContent = agent ? `agent: ${agent}` : "";
   if (!toolsFallback) $("#tools-status").hidden = true;
   const list = $("#tools-list");
@@ -607,7 +708,7 @@ function renderTools(tools, agent) {
     } else {
       card.append(el("p", { class: "tool-note" }, "A client function: it runs in the client (this page), when the model calls it over the WebSocket. Nothing to run on the gateway; try it from the chat."), actions);
     }
-    if (TOOL_PROMPTS[tool.name]) {
+    if (TOOL_PROMPTS[tool.name] && agentInfo?.suggestions?.includes(TOOL_PROMPTS[tool.name])) {
       const tryIt = el("button", { class: "btn btn-ghost btn-small tool-try", type: "button" }, `Try in chat: “${TOOL_PROMPTS[tool.name]}”`);
       tryIt.addEventListener("click", () => { composer.value = TOOL_PROMPTS[tool.name]; showView("chat"); composer.focus(); });
       actions.append(tryIt);
@@ -618,16 +719,18 @@ function renderTools(tools, agent) {
 
 async function runTool(name, input, button, output) {
   const show = (ok, heading, body) => {
-    output.replaceChildren(el("p", { class: "tool-output-head" }, heading), el("pre", {}, body));
+    output.replaceChildren(el("p", { class: "tool-output-head" }, heading), body);
     output.hidden = false;
     output.removeAttribute("aria-busy");
+    output.scrollIntoView({ block: "nearest" }); // the result, not the form, is what was asked for
     output.dataset.ok = String(ok); // set last: tests wait for it
   };
+  const problem = (text) => el("p", { class: "tool-problem" }, text);
   let body;
   try {
     body = JSON.parse(input.value.trim() || "{}");
   } catch (err) {
-    show(false, "✗ Invalid JSON", err.message);
+    show(false, "✗ Invalid JSON", problem(err.message));
     return;
   }
   button.disabled = true;
@@ -645,10 +748,10 @@ async function runTool(name, input, button, output) {
     const ms = data?.duration_ms ?? Math.round(performance.now() - started);
     const ok = response.ok && data?.error == null;
     const where = response.ok ? `${ms} ms` : `HTTP ${response.status}`;
-    if (ok) show(true, `✓ Output · ${where}`, pretty(data.output));
-    else show(false, `✗ Error · ${where}`, String(data?.error ?? "unknown error"));
+    if (ok) show(true, `✓ Output · ${where}`, el("div", {}, kvCard(data.output), jsonDetails(data.output)));
+    else show(false, `✗ Error · ${where}`, problem(String(data?.error ?? "unknown error")));
   } catch (err) {
-    show(false, "✗ Request failed", err.message);
+    show(false, "✗ Request failed", problem(err.message));
   } finally {
     button.disabled = false;
   }
@@ -656,18 +759,43 @@ async function runTool(name, input, button, output) {
 
 // ---- Connection state pill ---------------------------------------------------------------------
 
+let socketState = "connecting"; // what the SDK says of the WebSocket
+let socketReconnects = 0;
+let online = navigator.onLine !== false; // what the browser says of the network
+
 function setConnection({ state, reconnects } = {}) {
-  const pill = $("#connection");
-  const previous = pill.dataset.state;
-  const count = Number(reconnects ?? conv?.reconnects ?? 0) || 0;
-  pill.dataset.state = state in CONNECTION_LABELS ? state : "closed";
-  pill.dataset.reconnects = String(count);
-  $(".pill-label", pill).textContent = `${CONNECTION_LABELS[pill.dataset.state]}${count ? ` · resumed ${count}×` : ""}`;
+  const previous = socketState;
+  socketState = state in CONNECTION_LABELS ? state : "closed";
+  socketReconnects = Number(reconnects ?? conv?.reconnects ?? 0) || 0;
+  renderPill();
   if (state === "reconnecting" && previous === "open") addNote("Connection dropped: reconnecting. The session waits on the gateway.", { kind: "warn" });
   if (state === "closed" && previous !== "closed") {
-    addNote("Offline: the connection to the gateway is closed.", { kind: "error", action: { label: "Start again", run: () => location.reload() } });
+    forget(); // nothing left to resume on a reload
+    addNote("The connection to the gateway is closed: this session is over.", { kind: "error", action: "restart" });
   }
+}
+
+/** The pill: the socket's state, except "Offline" while the browser has no network (a socket
+ * can look open for a while after the network went: the browser knows first). */
+function renderPill() {
+  const pill = $("#connection");
+  const state = online || socketState === "closed" ? socketState : "offline";
+  pill.dataset.state = state;
+  pill.dataset.reconnects = String(socketReconnects);
+  $(".pill-label", pill).textContent = `${CONNECTION_LABELS[state]}${socketReconnects ? ` · resumed ${socketReconnects}×` : ""}`;
   refreshNetworkInfo();
+}
+
+function bindNetwork() {
+  window.addEventListener("offline", () => {
+    online = false;
+    renderPill();
+    addNote("The browser is offline: the session waits on the gateway and resumes when the network is back.", { kind: "warn" });
+  });
+  window.addEventListener("online", () => {
+    online = true;
+    renderPill();
+  });
 }
 
 // ---- Composer, suggestions, keyboard -----------------------------------------------------------
@@ -720,7 +848,10 @@ function bindComposer() {
   });
   composer.addEventListener("input", autosize);
   stopButton.addEventListener("click", stop);
-  for (const chip of document.querySelectorAll(".suggestion")) chip.addEventListener("click", () => send(chip.textContent));
+  messages.addEventListener("click", (e) => {
+    const action = e.target.closest?.("[data-action]")?.dataset.action;
+    if (action && NOTE_ACTIONS[action]) NOTE_ACTIONS[action].run();
+  });
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape" || e.defaultPrevented) return;
     if (!settingsPanel.hidden) closeSettings();
@@ -731,27 +862,102 @@ function bindComposer() {
 // ---- Tabs (small screens): chat / tools / inspector, with arrow keys inside the tab list -------
 
 const TABS = { chat: "#tab-chat", tools: "#tab-tools", inspector: "#tab-inspector" };
+const SIDE_TABS = { tools: "#side-tab-tools", inspector: "#side-tab-inspector" };
 
-function showView(view) {
-  $("#layout").dataset.view = view;
-  for (const [name, selector] of Object.entries(TABS)) {
+/** Mark the tab of `current` selected (and the only one in the tab order). */
+function selectTab(tabs, current) {
+  for (const [name, selector] of Object.entries(tabs)) {
     const tab = $(selector);
-    tab.setAttribute("aria-selected", String(name === view));
-    tab.tabIndex = name === view ? 0 : -1;
+    tab.setAttribute("aria-selected", String(name === current));
+    tab.tabIndex = name === current ? 0 : -1;
   }
 }
 
-function bindTabs() {
-  const names = Object.keys(TABS);
-  for (const name of names) $(TABS[name]).addEventListener("click", () => showView(name));
-  $(".tabs").addEventListener("keydown", (e) => {
+/** Small screens: one view at a time (chat, tools or inspector). */
+function showView(view) {
+  $("#layout").dataset.view = view;
+  selectTab(TABS, view);
+  if (view in SIDE_TABS) showSide(view);
+}
+
+/** Wide screens: the side shows one panel at a time, at full height. */
+function showSide(panel) {
+  $("#layout").dataset.side = panel;
+  selectTab(SIDE_TABS, panel);
+  if (settings.side !== panel) {
+    settings.side = panel;
+    saveSettings();
+  }
+}
+
+/** Click to choose; arrow keys move along the visible tabs. */
+function bindTabList(list, tabs, show) {
+  const names = Object.keys(tabs);
+  for (const name of names) $(tabs[name]).addEventListener("click", () => show(name));
+  $(list).addEventListener("keydown", (e) => {
     if (e.key !== "ArrowLeft" && e.key !== "ArrowRight") return;
-    const visible = names.filter((n) => !$(TABS[n]).hidden);
-    const at = visible.indexOf($("#layout").dataset.view);
+    const visible = names.filter((n) => !$(tabs[n]).hidden);
+    const at = visible.findIndex((n) => $(tabs[n]).getAttribute("aria-selected") === "true");
     const next = visible[(at + (e.key === "ArrowRight" ? 1 : visible.length - 1)) % visible.length];
-    showView(next);
-    $(TABS[next]).focus();
+    show(next);
+    $(tabs[next]).focus();
   });
+}
+
+function bindTabs() {
+  bindTabList(".tabs", TABS, showView);
+  bindTabList(".side-tabs", SIDE_TABS, showSide);
+}
+
+// ---- Reload: the conversation and its session survive it (see saved.js) -----------------------
+
+let reloaded = false; // this page resumed the session of the page before it
+
+/** Keep the conversation as drawn, with its cursor, for a reload of this tab. */
+function saveConversation() {
+  if (!session || socketState === "closed") return;
+  save({
+    session,
+    last_seq: highestSeq,
+    html: messages.innerHTML,
+    responses: [...responses].map(([id, r]) => ({ id, sep: r.sep })),
+    calls: [...calls.values()].map(({ node, ...call }) => call),
+  });
+}
+
+/** Draw the saved conversation again, and rebuild what the event handlers look up. */
+function restoreConversation(saved) {
+  messages.innerHTML = saved.html;
+  for (const { id, sep } of saved.responses ?? []) {
+    const bubble = messages.querySelector(`.msg.assistant[data-response-id="${CSS.escape(id)}"]`);
+    if (!bubble) continue;
+    const body = $(".msg-body", bubble);
+    const last = body.lastElementChild;
+    const text = last?.classList.contains("msg-text") ? last : null;
+    const textNode = text?.lastChild?.nodeType === Node.TEXT_NODE ? text.lastChild : null;
+    $(".msg-retry", body)?.remove();
+    responses.set(id, { bubble, body, text, textNode, sep, status: null });
+    if (bubble.dataset.state === "streaming") running.add(id);
+  }
+  for (const call of saved.calls ?? []) {
+    const node = messages.querySelector(`[data-call-id="${CSS.escape(call.id)}"]:not(.msg)`);
+    if (node) calls.set(call.id, { ...call, node });
+  }
+  session = saved.session;
+  highestSeq = saved.last_seq;
+  updateStop();
+  chatScroll.scrollTop = chatScroll.scrollHeight;
+}
+
+/** Back to an empty page (the saved session could not be resumed). */
+function clearConversation() {
+  messages.replaceChildren();
+  responses.clear();
+  calls.clear();
+  running.clear();
+  session = null;
+  highestSeq = 0;
+  updateStop();
 }
 
 // ---- Boot: the page works (settings, tools panel) even if the SDK or the socket fails ----------
@@ -777,21 +983,49 @@ async function boot() {
     addNote("This gateway requires a client token: open the page with ?token=… (minted by your backend with POST /v1/sessions).", { kind: "warn" });
   }
   const fresh = PAGE_TOKEN === null && token !== undefined ? async () => (await devToken()) ?? "" : token;
-  conv = new sdk.GatewayClient(WS_URL, { reconnect: true, token: fresh });
-  registerClientFunctions();
-  conv.on("*", handleEvent);
-  conv.on("connection", setConnection);
+  const saved = loadSaved();
+  if (saved) {
+    // A reload: draw the conversation as it was and resume its session from there.
+    restoreConversation(saved);
+    const client = newClient(fresh);
+    try {
+      reloaded = true;
+      await client.resume(saved.session, saved.last_seq);
+      return client;
+    } catch (err) {
+      forget();
+      clearConversation();
+      addNote(`The previous session could not be resumed (${describeError(err)}): this is a new one.`, { kind: "warn" });
+    } finally {
+      reloaded = false;
+    }
+  }
+  const client = newClient(fresh);
   try {
-    await conv.connect();
-    const created = await conv.start();
+    await client.connect();
+    const created = await client.start();
     // "*" may have delivered session.created already; otherwise handle the one start() returns.
     if (!session && created) handleEvent({ type: "session.created", ...created });
   } catch (err) {
-    setConnection({ state: "closed", reconnects: conv.reconnects ?? 0 });
+    setConnection({ state: "closed", reconnects: client.reconnects ?? 0 });
     addNote(`Could not start a session: ${describeError(err)}`, { kind: "error" });
     throw err;
   }
-  return conv;
+  return client;
+}
+
+/** A GatewayClient for this page; it becomes `conv`, and only its events are drawn. */
+function newClient(token) {
+  const client = new sdk.GatewayClient(WS_URL, { reconnect: true, token, maxReconnectDelay: 4000 });
+  conv = client;
+  registerClientFunctions();
+  const draw = (event) => { if (conv === client) handleEvent(event); };
+  client.on("*", draw);
+  // Newer than some SDKs, which hand it only to listeners that name it (seq de-duplicates).
+  client.on("response.retrying", draw);
+  // A saved session the gateway refuses is not "over" for the user: a new one starts at once.
+  client.on("connection", (change) => { if (conv === client && !(reloaded && change.state === "closed")) setConnection(change); });
+  return client;
 }
 
 loadSettings();
@@ -800,6 +1034,10 @@ bindSettings();
 bindInspector();
 bindComposer();
 bindTabs();
+bindNetwork();
+renderPill();
+loadAgent();
 loadTools();
+window.addEventListener("pagehide", saveConversation);
 const ready = boot();
 ready.catch(() => { /* reported in the conversation */ });

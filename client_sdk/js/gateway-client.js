@@ -454,6 +454,8 @@ export class GatewayClient {
     this._session = null;
     this._lastSeq = 0;
     this._reconnects = 0;
+    /** true while resume() attaches to a saved session (not a reconnect) */
+    this._attaching = false;
   }
 
   /** The `session.created` event, or `null` before the session starts. @type {SessionCreated | null} */
@@ -544,6 +546,39 @@ export class GatewayClient {
       this._starting.catch(() => {});
     }
     return this._starting;
+  }
+
+  /**
+   * Attach to a session an earlier client started (a page before its reload, say) instead
+   * of starting one: open a socket and send `session.resume`. Call it first, in place of
+   * `connect()` and `start()`. The events after `lastSeq` are replayed to the listeners
+   * (or `resume_gap` and `session.snapshot` when the gateway no longer has them all), and
+   * the calls still open are run, as after any resume. It does not count in `reconnects`.
+   * @param {SessionCreated} session That session's `session.created` (its `session_id`
+   *   and `resume_token` at least), kept by the app.
+   * @param {number} [lastSeq] The highest `seq` the app has handled (0: all the gateway has).
+   * @returns {Promise<void>}
+   * @throws {SessionClosed} the gateway refused (4001, 4004, 4008) or could not be reached;
+   *   this client is closed then: start a new session with a new client.
+   */
+  async resume(session, lastSeq = 0) {
+    if (this._end) throw this._end;
+    if (this._connected || this._starting) {
+      throw new ClientError("resume() must come first, in place of connect() and start()");
+    }
+    this._session = session;
+    this._lastSeq = Math.max(0, Math.floor(Number(lastSeq)) || 0);
+    const connected = (this._connected = deferred());
+    const created = (this._created = deferred());
+    this._starting = created.promise;
+    this._setState("connecting");
+    this._attaching = true;
+    const outcome = await this._resumeOnce();
+    this._attaching = false;
+    if (outcome !== "resumed") this._finish(new SessionClosed(1006, "could not reach the gateway to resume"));
+    if (this._end) throw this._end;
+    connected.resolve();
+    created.resolve(session);
   }
 
   /**
@@ -985,7 +1020,7 @@ export class GatewayClient {
           phase = "live";
           this._pending = null;
           this._ws = sock;
-          this._reconnects += 1;
+          if (!this._attaching) this._reconnects += 1;
           this._setState("open");
           settle("resumed");
           this._afterResume(event, gap);

@@ -1,0 +1,101 @@
+"""The web demo in a real headless Chromium (Debian's, driven by Playwright): the page helpers
+the demo tests share. Every page leaves a full-page screenshot in test-output/ (git-ignored;
+CI keeps it as an artifact)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from playwright.async_api import Locator, Page, ViewportSize, async_playwright, expect
+
+from tests.support import Gateway
+
+__all__ = [
+    "DESKTOP",
+    "GREETING",
+    "PHONE",
+    "VIEWPORTS",
+    "answered",
+    "base_url",
+    "last_answer",
+    "open_page",
+    "send",
+]
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+SHOTS = Path(__file__).parents[1] / "test-output"
+GREETING = (
+    "Hello! I can open your settings, check your battery, find the nearest store, "
+    "check stock, or track an order. What would you like?"
+)
+DESKTOP = ViewportSize(width=1280, height=800)
+PHONE = ViewportSize(width=390, height=844)
+VIEWPORTS = {"desktop": DESKTOP, "phone": PHONE}
+"""The two sizes every layout test runs at (pytest ids: desktop, phone)."""
+
+
+def base_url(gateway: Gateway) -> str:
+    """The gateway's HTTP root, where it serves the demo page."""
+    return gateway.url.replace("ws://", "http://").removesuffix("/v1/realtime")
+
+
+@asynccontextmanager
+async def open_page(
+    gateway: Gateway,
+    shot: str,
+    viewport: ViewportSize = DESKTOP,
+    *,
+    path: str = "/",
+    wait_open: bool = True,
+) -> AsyncIterator[Page]:
+    """The demo page in a fresh browser, connected (unless ``wait_open`` is false); saves
+    ``test-output/<shot>.png`` when the test is done with it, passed or failed."""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=FLAGS
+        )
+        phone = viewport["width"] < 900
+        context = await browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
+        page = await context.new_page()
+        page.set_default_timeout(10_000)
+        try:
+            await page.goto(base_url(gateway) + path)
+            if wait_open:
+                await expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+            yield page
+        finally:
+            SHOTS.mkdir(exist_ok=True)
+            await page.screenshot(path=SHOTS / f"{shot}.png", full_page=True)
+            await browser.close()
+
+
+async def send(page: Page, text: str) -> None:
+    """Type ``text`` in the composer and press Enter."""
+    await page.locator("#composer").fill(text)
+    await page.locator("#composer").press("Enter")
+
+
+def last_answer(page: Page) -> Locator:
+    """The newest assistant message."""
+    return page.locator(".msg.assistant").last
+
+
+async def answered(page: Page, text: str) -> Locator:
+    """Send ``text`` and wait until the reply to it has ended; the reply."""
+    before = await page.locator(".msg.assistant").count()
+    await send(page, text)
+    await expect(page.locator(".msg.assistant")).to_have_count(before + 1)
+    answer = page.locator(".msg.assistant").nth(before)
+    await expect(answer).to_have_attribute("data-state", "done")
+    return answer
