@@ -63,7 +63,7 @@ async def test_a_handler_that_raises_becomes_an_error_result(gateway):
             raise ValueError("no device here")
 
         text = "".join([d async for d in conv.say("one")])
-    assert text == "calling AA failed: ValueError: no device here"
+    assert text == "calling A A failed: ValueError: no device here"
 
 
 async def test_a_handler_that_overruns_its_deadline_is_cancelled(gateway):
@@ -171,7 +171,7 @@ async def test_reconnect_with_a_call_open_applies_the_result_once(gateway):
         helper = asyncio.create_task(cut_then_release())
         text = "".join([d async for d in conv.say("one")])
         await helper
-    assert text == "calling AA=after the cut"
+    assert text == "calling A A=after the cut"
     assert runs == 1
 
 
