@@ -11,7 +11,7 @@ import pexpect
 import pytest
 
 from client_sdk import ServerError, SessionClosed, connect
-from gateway.protocol import SessionResumed, SessionUpdated, TextDelta, ToolCalls
+from gateway.protocol import SessionResumed, SessionUpdated, TextDelta, TextDone, ToolCalls
 from tests.data.tools import reset_gates
 from tests.support import serving
 
@@ -34,6 +34,25 @@ async def test_quick_start():
 
             text = "".join([delta async for delta in conv.say("what's my battery level?")])
     assert text == "Your battery is at 82%."
+
+
+async def test_say_joins_model_steps_with_a_space_as_the_web_demo_does():
+    async with serving(agent=None, scripted_pace=0.0) as demo, connect(demo.url) as conv:
+
+        @conv.client_function("open_settings")
+        def open_settings(section: str | None = None) -> dict[str, bool]:
+            return {"opened": True}
+
+        events = conv.events()
+        text = "".join([delta async for delta in conv.say("open the settings")])
+        steps = []
+        async for event in events:
+            if isinstance(event, TextDone):
+                steps.append(event.text)
+            if len(steps) == 2:
+                break
+    assert steps == ["Sure, opening the settings.", "The settings are open."]
+    assert text == "Sure, opening the settings. The settings are open."
 
 
 async def test_client_functions_run_concurrently_with_typed_arguments(gateway):
