@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from pathlib import Path
 
-import pexpect
 import pytest
 
 from client_sdk import ServerError, SessionClosed, connect
@@ -192,50 +188,3 @@ async def test_reconnect_with_a_call_open_applies_the_result_once(gateway):
         await helper
     assert text == "calling A A=after the cut"
     assert runs == 1
-
-
-def test_gateway_chat_in_a_terminal(tmp_path: Path):
-    """`gateway chat` driven through a pseudo-terminal for a full exchange and Ctrl-C."""
-    server = pexpect.spawn(
-        sys.executable,
-        ["-m", "gateway", "serve", "--port", "0", "--no-auth", "--scripted-pace", "0.05"],
-        cwd=str(Path(__file__).parents[1]),
-        env={**os.environ, "DEMO_ORDER_SECONDS": "0.2"},
-        encoding="utf-8",
-        timeout=20,
-    )
-    try:
-        server.expect(r"running on http://127\.0\.0\.1:(\d+)")
-        port = server.match.group(1)
-        url = f"ws://127.0.0.1:{port}/v1/realtime"
-        with (tmp_path / "chat.log").open("w") as log:  # what the terminal showed
-            chat = pexpect.spawn(
-                sys.executable,
-                ["-m", "gateway", "chat", "--url", url],
-                encoding="utf-8",
-                timeout=20,
-            )
-            chat.logfile_read = log
-            chat.expect("you> ")
-            chat.sendline("nearest store to 92031")
-            chat.expect("Nearest store")  # the call shows as it happens
-            chat.expect("get_nearest_store completed")
-            chat.expect("The nearest store to 92031 is Vista, 1 Main St, Vista, CA.")
-            chat.expect("you> ")
-            chat.sendline("where is my order 1234?")
-            chat.expect("check_order_status pending")
-            chat.expect(r"assistant \(update\)> Update on order 1234")
-            chat.expect("you> ")
-            chat.sendline("hello")
-            chat.expect("assistant> Hello!")
-            chat.sendcontrol("c")  # a reply is streaming: Ctrl-C cancels it
-            chat.expect(r"\[cancelled\]")
-            chat.expect("you> ")
-            chat.sendcontrol("c")  # nothing running: Ctrl-C quits
-            chat.expect("bye")
-            chat.expect(pexpect.EOF)
-            chat.close()
-        assert chat.exitstatus == 0
-    finally:
-        server.kill(9)
-        server.close()
