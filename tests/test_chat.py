@@ -6,36 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
 import pexpect
 
-from gateway.model import ModelEvent, ModelRequest, ModelRetrying
-from gateway.providers.base import Provider
+from tests.retrying_model import RetriesWhenFlaky
 from tests.support import serving
 
 ROOT = Path(__file__).parents[1]
-
-
-class RetriesWhenFlaky:
-    """The demo's model, but a message saying "flaky" first fails once (and is retried)."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        return self._stream(request)
-
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        if "flaky" in repr(request.items[-1]):
-            yield ModelRetrying(attempt=1, delay=0.25, reason="HTTP 503")
-        async for event in self.inner.stream(request):
-            yield event
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def spawn_chat(url: str, log: TextIO) -> pexpect.spawn:

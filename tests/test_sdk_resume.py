@@ -11,7 +11,6 @@ import pytest
 
 import client_sdk.client
 from client_sdk import SessionClosed, connect
-from gateway.model import ModelEvent, ModelRequest, ModelRetrying
 from gateway.protocol import (
     Error,
     Outbound,
@@ -20,9 +19,9 @@ from gateway.protocol import (
     SessionUpdated,
     ToolResult,
 )
-from gateway.providers.base import Provider
 from tests.data.tools import reset_gates
 from tests.proxy import Proxy, proxy_to
+from tests.retrying_model import RetriesWhenFlaky
 from tests.support import Gateway, serving
 
 
@@ -150,33 +149,15 @@ async def test_unconfirmed_results_are_resent_in_batches_the_gateway_accepts(pro
     assert {e.call_id for e in errors} == {f"call_unknown_{i}" for i in range(200)}
 
 
-class RetriesFirst:
-    """A model that fails once before each step and tells the gateway it retries."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        return self._stream(request)
-
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        yield ModelRetrying(attempt=1, delay=0.01, reason="HTTP 503")
-        async for event in self.inner.stream(request):
-            yield event
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 async def test_response_retrying_reaches_events_and_say_still_streams(gateway):
-    gateway.model.inner = RetriesFirst(gateway.model.inner)  # type: ignore[assignment]
+    gateway.model.inner = RetriesWhenFlaky(gateway.model.inner, always=True)  # type: ignore[assignment]
     async with connect(gateway.url) as conv:
         await conv.start()
         events = conv.events()
         text = "".join([d async for d in conv.say("echo after a retry")])
         retrying = await next_of(events, ResponseRetrying)
     assert text == "after a retry"
-    assert (retrying.attempt, retrying.reason) == (1, "HTTP 503")
+    assert (retrying.attempt, retrying.delay, retrying.reason) == (1, 0.25, "HTTP 503")
 
 
 async def test_close_ends_pending_iterators_with_session_closed(gateway):
