@@ -13,7 +13,8 @@ async with connect("ws://127.0.0.1:8000/v1/realtime") as conv:
 Client functions run when the gateway asks for them, concurrently, within the
 call's deadline. A dropped socket is resumed with backoff and jitter; the app
 sees no gap and no duplicate: events are checked by ``seq``, unconfirmed results
-and unanswered user messages are sent again (the gateway applies them once).
+unanswered user messages and an unanswered ``session.update`` are sent again (the
+gateway applies them once).
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ import asyncio
 import contextlib
 import random
 import secrets
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.typing import Subprotocol
 
+from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, make_function
 from gateway.errors import CloseCode
@@ -50,7 +53,9 @@ from gateway.protocol import (
     SessionSnapshot,
     SessionStart,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
+    TextDone,
     ToolCalls,
     ToolResult,
     ToolResults,
@@ -68,6 +73,11 @@ TokenSource = str | Callable[[], Awaitable[str]]
 which mints it with ``POST /v1/sessions``) before each connect and reconnect."""
 MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
+RESUME_ANSWER_TIMEOUT = 10.0
+"""Seconds a resume waits for the gateway's answer before it drops that socket and retries."""
+MAX_RESULTS_PER_MESSAGE = 128
+"""Results resent after a resume go in ``tool.results`` messages of at most this many (the
+protocol's limit per message)."""
 # Closes after which resuming makes no sense: the session is gone or not ours.
 _FINAL = {
     CloseCode.NORMAL,
@@ -78,12 +88,6 @@ _FINAL = {
     CloseCode.SESSION_EXPIRED,
     CloseCode.TAKEN_OVER,
 }
-
-
-class _End(msgspec.Struct, frozen=True):
-    """Put on subscriber queues when the conversation can go no further."""
-
-    error: ClientError
 
 
 def connect(url: str, **options: Any) -> Conversation:
@@ -137,8 +141,11 @@ class Conversation:
         self._ack_every = ack_every
         self._functions: dict[str, ClientFunction] = {}
         self._ws: ClientConnection | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._subscribers: set[asyncio.Queue[Outbound | _End]] = set()
+        self._pending: ClientConnection | None = None
+        """A socket resuming the session, until the gateway answers (``close()`` closes it)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Every task the conversation started: the loop holds only weak references."""
+        self._subscribers: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._created: asyncio.Future[SessionCreated] | None = None
         self._closing = False
         self._end: ClientError | None = None
@@ -147,6 +154,8 @@ class Conversation:
         self._unconfirmed: dict[str, ToolResult] = {}
         self._unanswered: dict[str, UserMessage] = {}
         """User messages the gateway has not started a response for yet (resent on resume)."""
+        self._update: SessionUpdate | None = None
+        """The last ``session.update``, until ``session.updated`` answers it (resent on resume)."""
         self._since_ack = 0
         self.session: SessionCreated | None = None
         self.last_seq = 0
@@ -156,18 +165,28 @@ class Conversation:
 
     async def __aenter__(self) -> Conversation:
         self._ws = await self._open_socket()
-        self._reader = asyncio.create_task(self._read_loop(), name="client_sdk:reader")
+        self._spawn(self._read_loop(), "reader")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
-        """End the session (a normal close tells the gateway the client is done)."""
+        """End the session (a normal close tells the gateway the client is done).
+
+        Pending ``say()`` and ``events()`` iterators raise ``SessionClosed`` (1000); every
+        task the conversation started (client functions included) is cancelled. Closing
+        while a resume is in progress drops that socket: the gateway ends the session
+        when its resume window (``session_ttl``) runs out.
+        """
         self._closing = True
+        self._finish(SessionClosed(1000, "closed by the client"))
+        # A socket still resuming is not the session's yet, and a gateway that does not
+        # answer would not answer a close either: drop it.
+        _drop(self._pending)
         if self._ws is not None:
             await self._ws.close()
-        tasks = [t for t in (self._reader, *self._running.values()) if t is not None]
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -197,19 +216,25 @@ class Conversation:
         Options: ``description`` (default: the docstring), ``input_schema`` (default:
         from the type hints), ``output_schema``, ``timeout`` (seconds the gateway
         waits), ``display_name``. Sync or async; registering after the session
-        started declares the functions again with ``session.update``.
+        started declares the functions again with ``session.update`` (sent again after
+        a resume until the gateway answers it).
         """
         function = make_function(func, name=name, **options)
         self._functions[function.spec.name] = function
         if self._created is not None:
-            update = SessionUpdate(client_functions=[f.spec for f in self._functions.values()])
-            task = asyncio.get_running_loop().create_task(self._send(update))
-            task.add_done_callback(lambda t: t.exception())
+            self._update = SessionUpdate(
+                id=f"upd_{secrets.token_urlsafe(9)}",
+                client_functions=[f.spec for f in self._functions.values()],
+            )
+            self._spawn(self._send(self._update), "update")
 
     # ----------------------------------------------------------------- conversation
 
     async def say(self, text: str) -> AsyncIterator[str]:
         """Send a user message and yield the text of the response to it, as it streams.
+
+        The text of consecutive model steps (before and after a tool call) is joined with
+        a space, as a reader expects, unless one side already has one.
 
         Raises:
             ServerError: the gateway refused the message or the response failed.
@@ -217,19 +242,24 @@ class Conversation:
             SessionClosed: the session ended.
         """
         await self.start()
-        queue = self._subscribe()
+        stream = self.events()
         try:
             msg_id = await self.post(text)
             response_id: str | None = None
-            while True:
-                event = await queue.get()
+            step_ended = False  # a text.done came: the next delta starts a new step
+            last = ""  # the last character yielded
+            async for event in stream:
                 match event:
-                    case _End(error=error):
-                        raise error
                     case ResponseCreated() if event.in_reply_to == msg_id:
                         response_id = event.response_id
-                    case TextDelta() if event.response_id == response_id:
-                        yield event.delta
+                    case TextDelta(delta=delta) if event.response_id == response_id and delta:
+                        if step_ended and last and not last.isspace() and not delta[0].isspace():
+                            delta = " " + delta
+                        step_ended = False
+                        last = delta[-1]
+                        yield delta
+                    case TextDone() if event.response_id == response_id:
+                        step_ended = True
                     case Error() if event.in_reply_to == msg_id or (
                         response_id is not None and event.response_id == response_id
                     ):
@@ -239,7 +269,7 @@ class Conversation:
                     case ResponseDone() if event.response_id == response_id:
                         return
         finally:
-            self._subscribers.discard(queue)
+            await stream.aclose()
 
     async def post(self, text: str) -> str:
         """Send a user message without waiting for the reply; return its id.
@@ -255,37 +285,32 @@ class Conversation:
         await self._send(msg)
         return msg_id
 
-    async def events(self) -> AsyncIterator[Outbound]:
-        """Every event of the session from now on, in order, once each.
+    def events(self) -> EventStream:
+        """Every event of the session from this call on, in order, once each (an async
+        iterator; events that arrive before the app reads it wait in it).
 
         Besides the session's events it yields ``session.resumed`` after a
-        reconnect and ``session.snapshot`` after one that lost events.
+        reconnect, the ``resume_gap`` error and ``session.snapshot`` after one that
+        lost events, and ``response.retrying`` while the gateway retries a model request.
 
         Raises:
             SessionClosed: when the session ends.
         """
-        queue = self._subscribe()
-        try:
-            while True:
-                event = await queue.get()
-                if isinstance(event, _End):
-                    raise event.error
-                yield event
-        finally:
-            self._subscribers.discard(queue)
+        if self._end is not None:
+            raise self._end
+        stream = EventStream()
+        self._subscribers.add(stream)
+        return stream
 
     async def cancel(self, response_id: str | None = None) -> None:
-        """Stop the running response (barge-in)."""
+        """Stop the running response (barge-in). Sent only while connected: not resent."""
         await self._send(ResponseCancel(response_id=response_id))
 
     # ----------------------------------------------------------------- internals
 
-    def _subscribe(self) -> asyncio.Queue[Outbound | _End]:
-        if self._end is not None:
-            raise self._end
-        queue: asyncio.Queue[Outbound | _End] = asyncio.Queue()
-        self._subscribers.add(queue)
-        return queue
+    def _deliver(self, event: Outbound) -> None:
+        for stream in self._subscribers:
+            stream.put(event)
 
     async def _send(self, msg: ClientMsg) -> None:
         """Send if connected; a message lost to a drop is recovered on resume."""
@@ -325,7 +350,7 @@ class Conversation:
             self._since_ack += 1
             if self._since_ack >= self._ack_every:
                 self._since_ack = 0
-                self._spawn(self._send(Ack(seq=self.last_seq)))
+                self._spawn(self._send(Ack(seq=self.last_seq)), "ack")
         match event:
             case SessionCreated():
                 self.session = event
@@ -341,15 +366,21 @@ class Conversation:
                 self._unconfirmed.pop(call_id, None)
             case ResponseCreated(in_reply_to=in_reply_to) if in_reply_to:
                 self._unanswered.pop(in_reply_to, None)
+            case SessionUpdated(in_reply_to=in_reply_to) if in_reply_to:
+                self._answer_update(in_reply_to)
             case Error(in_reply_to=in_reply_to) if in_reply_to:
                 self._unanswered.pop(in_reply_to, None)
-        for queue in self._subscribers:
-            queue.put_nowait(event)
+                self._answer_update(in_reply_to)
+        self._deliver(event)
+
+    def _answer_update(self, msg_id: str) -> None:
+        if self._update is not None and self._update.id == msg_id:
+            self._update = None
 
     def _run_call(self, call: ClientCall) -> None:
         if call.call_id in self._answered or call.call_id in self._running:
             return
-        task = asyncio.get_running_loop().create_task(self._execute(call))
+        task = self._spawn(self._execute(call), f"call:{call.call_id}")
         self._running[call.call_id] = task
         task.add_done_callback(lambda _: self._running.pop(call.call_id, None))
 
@@ -377,71 +408,94 @@ class Conversation:
 
     async def _resume(self) -> bool:
         """Reconnect with backoff and jitter; ``False`` when the session is lost."""
-        assert self.session is not None
         delay = 0.05
         while not self._closing:
-            websocket: ClientConnection | None = None
-            try:
-                websocket = await self._open_socket()
-                resume = SessionResume(
-                    session_id=self.session.session_id,
-                    resume_token=self.session.resume_token,
-                    last_seq=self.last_seq,
-                )
-                await websocket.send(encode(resume).decode())
-                async with asyncio.timeout(10):
-                    first = decode_server(await websocket.recv())
-                    gap = (
-                        decode_server(await websocket.recv())
-                        if isinstance(first, Error) and first.code == "resume_gap"
-                        else None
-                    )
-            except websockets.ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd else 1006
-                if code in _FINAL:
-                    self._finish(SessionClosed(code, exc.rcvd.reason if exc.rcvd else ""))
-                    return False
-            except (OSError, TimeoutError, websockets.InvalidHandshake, msgspec.DecodeError):
-                # The gateway is not reachable (or not answering) yet: try again. A socket
-                # that got this far is dropped: left open, its gateway node would keep the
-                # session attached to a socket nobody reads. Dropped, not closed: a normal
-                # close (1000) would end the session.
-                if websocket is not None:
-                    websocket.transport.abort()
-            else:
-                self._ws = websocket
-                self.reconnects += 1
-                await self._after_resume(first, gap)
-                return True
+            outcome = await self._resume_once()
+            if outcome != "retry":
+                return outcome == "resumed"
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
             delay = min(delay * 2, self._max_delay)
         return False
 
-    async def _after_resume(self, first: Outbound, gap: Outbound | None) -> None:
+    async def _resume_once(self) -> Literal["resumed", "retry", "stop"]:
+        """One attempt: open a socket, send ``session.resume``, wait for the answer."""
+        websocket: ClientConnection | None = None
+        try:
+            websocket = self._pending = await self._open_socket()
+            first, then = await self._resume_handshake(websocket)
+        except websockets.ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else 1006
+            if self._closing:
+                return "stop"
+            if code in _FINAL:
+                self._finish(SessionClosed(code, exc.rcvd.reason if exc.rcvd else ""))
+                return "stop"
+            return "retry"
+        except (OSError, TimeoutError, websockets.InvalidHandshake, msgspec.DecodeError):
+            _drop(websocket)  # the gateway is not reachable, or not answering, yet
+            return "retry"
+        except BaseException:
+            _drop(websocket)  # cancelled (close()) mid-resume: never leave the socket open
+            raise
+        finally:
+            self._pending = None
+        self._ws = websocket
+        self.reconnects += 1
+        await self._after_resume(first, then)
+        return "resumed"
+
+    async def _resume_handshake(
+        self, websocket: ClientConnection
+    ) -> tuple[Outbound, Outbound | None]:
+        """Send ``session.resume``; return the answer (and the snapshot after a gap)."""
+        assert self.session is not None
+        resume = SessionResume(
+            session_id=self.session.session_id,
+            resume_token=self.session.resume_token,
+            last_seq=self.last_seq,
+        )
+        await websocket.send(encode(resume).decode())
+        async with asyncio.timeout(RESUME_ANSWER_TIMEOUT):
+            first = decode_server(await websocket.recv())
+            if isinstance(first, Error) and first.code == "resume_gap":
+                return first, decode_server(await websocket.recv())
+            return first, None
+
+    async def _after_resume(self, first: Outbound, then: Outbound | None) -> None:
         open_calls: list[ClientCall] = []
-        if isinstance(gap, SessionSnapshot):
-            self.last_seq = gap.last_seq
-            open_calls = gap.open_calls
+        if isinstance(then, SessionSnapshot):  # ``first`` is the resume_gap error
+            self.last_seq = then.last_seq
+            open_calls = then.open_calls
+            self._deliver(first)
+            self._deliver(then)  # pending say() iterators raise ResumeGap
         elif isinstance(first, SessionResumed):
             open_calls = first.open_calls
-        for event in (first, gap):
-            if event is not None:
-                for queue in self._subscribers:
-                    queue.put_nowait(event)
+            self._deliver(first)
+        else:  # not an answer to the resume: an event like any other
+            for event in (first, then):
+                if event is not None:
+                    self._on_event(event)
         # What may have been lost on the way out goes again; the gateway applies it once.
-        if self._unconfirmed:
-            await self._send(ToolResults(results=list(self._unconfirmed.values())))
+        results = list(self._unconfirmed.values())
+        for at in range(0, len(results), MAX_RESULTS_PER_MESSAGE):
+            await self._send(ToolResults(results=results[at : at + MAX_RESULTS_PER_MESSAGE]))
         for msg in list(self._unanswered.values()):
             await self._send(msg)
+        if self._update is not None:
+            await self._send(self._update)
         for call in open_calls:
             self._run_call(call)
 
     def _finish(self, error: ClientError) -> None:
+        """The conversation can go no further: tell everyone waiting (once)."""
+        if self._end is not None:
+            return
         self._end = error
         if self._created is not None and not self._created.done():
             self._created.set_exception(error)
-        for queue in self._subscribers:
-            queue.put_nowait(_End(error))
+            self._created.exception()  # retrieved: start() may never be awaited again
+        for stream in self._subscribers:
+            stream.end(error)
 
     async def _open_socket(self) -> ClientConnection:
         """A socket to the gateway, offering ``gateway.v1`` and the credential."""
@@ -462,6 +516,28 @@ class Conversation:
             max_size=MAX_FRAME_SIZE,
         )
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run ``work`` in the background, holding it until it is done (see ``_reap``)."""
+        task = asyncio.get_running_loop().create_task(work, name=f"client_sdk:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return  # close() (or the loop's shutdown) cancelled it: nothing to report
+        error = task.exception()
+        if error is not None and not isinstance(error, ClientError):
+            # A bug, not the conversation's end (that reaches the app through _finish).
+            task.get_loop().call_exception_handler(
+                {"message": f"{task.get_name()} failed", "exception": error, "task": task}
+            )
+
+
+def _drop(websocket: ClientConnection | None) -> None:
+    """Drop a socket that never became the session's: left open, its gateway node would
+    keep the session attached to a socket nobody reads. Dropped, not closed: a normal
+    close (1000) would end the session."""
+    if websocket is not None:
+        websocket.transport.abort()

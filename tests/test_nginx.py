@@ -57,7 +57,7 @@ async def test_a_conversation_with_a_client_function_and_a_resume_through_nginx(
                 health = await client.get(f"http://127.0.0.1:{port}/healthz")
                 hidden = await client.get(f"http://127.0.0.1:{port}/metrics")
                 direct = await client.get(f"http://127.0.0.1:{gateway_port}/metrics")
-    assert text == "calling AA=via nginx"
+    assert text == "calling A A=via nginx"  # say() joins model steps with a space
     assert runs == 1
     assert health.status_code == 200
     assert health.json()["status"] == "ok"

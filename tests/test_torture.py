@@ -2,7 +2,9 @@
 
 The same conversation runs once without drops and then again and again with
 the socket cut at random points (during deltas, with client calls open, with
-async tools pending, during replay itself), with a fixed seed. After every
+async tools pending, during replay itself), with a fixed seed. The client is the
+shipped Python SDK; a proxy between it and the gateway cuts the connections the
+hard way (no close frame), as a lost network does. After every
 resume the client's rebuilt transcript must equal the uninterrupted one, every
 server tool must have run once per call, and every client result must have
 been applied once.
@@ -10,25 +12,27 @@ been applied once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
+from client_sdk import Conversation, SessionClosed, connect
 from gateway.protocol import (
     Outbound,
     ResponseCreated,
     ResponseDone,
-    SessionResumed,
     TextDelta,
     TextDone,
     ToolCalls,
-    ToolResult,
-    ToolResults,
     ToolStatus,
-    UserMessage,
 )
 from tests.data import tools as test_tools
-from tests.support import ResumingClient, serving
+from tests.proxy import Proxy, proxy_to
+from tests.support import Gateway, serving
 
 SEED = 20261129
 RUNS = 10
@@ -53,72 +57,79 @@ TERMINAL = {"completed", "failed", "cancelled", "expired"}
 
 @dataclass
 class Run:
-    client: ResumingClient
+    """One conversation through the shipped SDK; the proxy cuts the socket at random events."""
+
+    conv: Conversation
+    proxy: Proxy
     rng: random.Random
     chance: float
-    executed: Counter[str] = field(default_factory=Counter)
-    """How often the client ran each call's function (once: results are re-sent, not re-run)."""
-    answered: set[str] = field(default_factory=set)
+    events: list[Outbound] = field(default_factory=list)
+    runs: Counter[str] = field(default_factory=Counter)
+    """How often each client function ran (once per call: results are resent, not re-run)."""
+    drops: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def next(self) -> Outbound:
-        if self.chance and self.rng.random() < self.chance:
-            await self.client.drop()
-            resumed = await self.client.resume()
-            await self._answer_open(resumed)
-        event = await self.client.next()
-        if isinstance(event, ToolCalls):
-            await self._answer(event)
-        return event
+    async def record(self, stream: AsyncIterator[Outbound]) -> None:
+        with contextlib.suppress(SessionClosed):
+            async for event in stream:
+                self.events.append(event)
+                self._changed.set()
+                if self.chance and self.rng.random() < self.chance:
+                    self.drops += self.proxy.drop()  # during deltas, calls, replay...
 
-    async def _answer_open(self, resumed: SessionResumed) -> None:
-        fresh = [c for c in resumed.open_calls if c.call_id not in self.answered]
-        if fresh:
-            await self._run_calls(fresh)
-
-    async def _answer(self, batch: ToolCalls) -> None:
-        await self._run_calls([c for c in batch.calls if c.call_id not in self.answered])
-
-    async def _run_calls(self, calls: list) -> None:  # type: ignore[type-arg]
-        results = []
-        for call in calls:
-            self.executed[call.call_id] += 1
-            self.answered.add(call.call_id)
-            value = {"device_a": "a", "device_b": "b"}[call.tool]
-            results.append(
-                ToolResult(call_id=call.call_id, tool=call.tool, output={"value": value})
-            )
-        if results:
-            await self.client.send(ToolResults(results=results))
-
-    async def until_done(self, response_id: str) -> None:
-        while True:
-            event = await self.next()
-            if isinstance(event, ResponseDone) and event.response_id == response_id:
-                return
-
-
-async def converse(url: str, rng: random.Random, chance: float) -> Run:
-    client = ResumingClient(url)
-    await client.start()
-    run = Run(client, rng, chance)
-    for index, (action, text) in enumerate(SCRIPT):
-        if action == "say":
-            msg_id = f"m{index}"
-            await client.send(UserMessage(text=text, id=msg_id))
-            # No drop until the gateway has the message: a lost user message is the
-            # app's to resend, not what this test is about.
+    async def until(self, found: Callable[[Outbound], bool], start: int) -> int:
+        """The index of the first event from ``start`` on that ``found`` accepts."""
+        async with asyncio.timeout(30):
             while True:
-                event = await client.next()
-                if isinstance(event, ResponseCreated) and event.in_reply_to == msg_id:
-                    break
-        else:
-            test_tools.gate(f"order:{text}").set()
-            while True:
-                event = await run.next()
-                if isinstance(event, ResponseCreated) and event.call_id is not None:
-                    break
-        await run.until_done(event.response_id)
-    await client.close()
+                for index in range(start, len(self.events)):
+                    if found(self.events[index]):
+                        return index
+                start = len(self.events)
+                self._changed.clear()
+                await self._changed.wait()
+
+
+def answers(msg_id: str | None, event: Outbound) -> bool:
+    """Whether ``event`` starts the response to that message (``None``: to an async result)."""
+    if not isinstance(event, ResponseCreated):
+        return False
+    return event.in_reply_to == msg_id if msg_id else event.call_id is not None
+
+
+def ends(response_id: str, event: Outbound) -> bool:
+    return isinstance(event, ResponseDone) and event.response_id == response_id
+
+
+async def converse(gateway: Gateway, rng: random.Random, chance: float) -> Run:
+    async with proxy_to(gateway.port) as proxy:
+        conv = connect(proxy.url(), max_reconnect_delay=0.2)
+        run = Run(conv, proxy, rng, chance)
+
+        def device(tool: str, value: str) -> Callable[[], dict[str, str]]:
+            def answer() -> dict[str, str]:
+                run.runs[tool] += 1
+                return {"value": value}
+
+            return answer
+
+        async with conv:
+            conv.add_client_function(device("device_a", "a"), name="device_a")
+            conv.add_client_function(device("device_b", "b"), name="device_b")
+            recorder = asyncio.create_task(run.record(conv.events()))
+            await conv.start()
+            for action, text in SCRIPT:
+                start = len(run.events)
+                if action == "say":
+                    msg_id = await conv.post(text)  # a message lost in a drop is resent
+                    index = await run.until(partial(answers, msg_id), start)
+                else:
+                    test_tools.gate(f"order:{text}").set()
+                    index = await run.until(partial(answers, None), start)
+                created = run.events[index]
+                assert isinstance(created, ResponseCreated)
+                await run.until(partial(ends, created.response_id), index)
+            run.chance = 0.0
+        await recorder
     return run
 
 
@@ -152,26 +163,31 @@ async def test_hundreds_of_drops_lose_nothing_and_do_nothing_twice():
     test_tools.reset_gates()
     async with serving() as gateway:
         before = Counter(test_tools.runs)
-        baseline = await converse(gateway.url, random.Random(0), chance=0.0)
-        expected = transcript(baseline.client.events)
+        baseline = await converse(gateway, random.Random(0), chance=0.0)
+        expected = transcript(baseline.events)
         runs_per_conversation = Counter(test_tools.runs) - before
         rng = random.Random(SEED)
         drops = 0
         for _ in range(RUNS):
             test_tools.reset_gates()
             before = Counter(test_tools.runs)
-            run = await converse(gateway.url, random.Random(rng.random()), DROP_CHANCE)
-            drops += run.client.drops
-            assert transcript(run.client.events) == expected
-            check_stream(run.client.events)
+            run = await converse(gateway, random.Random(rng.random()), DROP_CHANCE)
+            drops += run.drops
+            assert transcript(run.events) == expected
+            check_stream(run.events)
+            # Every event of the session came once, in order, none missing.
+            seqs = [e.seq for e in run.events if e.seq]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
             # Every server tool ran exactly once per call, as without drops.
             assert Counter(test_tools.runs) - before == runs_per_conversation
-            # Every client function ran once and its result was applied once.
-            assert set(run.executed.values()) == {1}
+            # Every client function ran once per call and its result was applied once.
+            calls = [c.call_id for e in run.events if isinstance(e, ToolCalls) for c in e.calls]
+            assert run.runs == baseline.runs
+            assert sum(run.runs.values()) == len(calls) == len(set(calls))
             applied = Counter(
                 e.call_id
-                for e in run.client.events
+                for e in run.events
                 if isinstance(e, ToolStatus) and e.status in TERMINAL and not e.duplicate
             )
-            assert all(applied[call_id] == 1 for call_id in run.executed)
+            assert all(applied[call_id] == 1 for call_id in calls)
     assert drops >= 200, drops

@@ -148,6 +148,18 @@
  */
 
 /**
+ * The model request failed before the model said anything; the gateway sends it again after
+ * `delay` seconds (nothing of the response is lost or repeated).
+ * @typedef {object} ResponseRetrying
+ * @property {"response.retrying"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {number} attempt Which retry this is: 1 for the first.
+ * @property {number} delay Seconds before the request is sent again.
+ * @property {string} reason Why the last attempt failed, in a few words (`HTTP 429`...).
+ */
+
+/**
  * @typedef {object} TextDelta
  * @property {"text.delta"} type
  * @property {number} seq
@@ -219,7 +231,7 @@
 /**
  * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
  * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | ResponseCreated
- *   | TextDelta | TextDone | ToolCalls | ToolStatus | ResponseDone | ErrorEvent | Pong} ServerEvent
+ *   | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolStatus | ResponseDone | ErrorEvent | Pong} ServerEvent
  */
 
 /**
@@ -301,6 +313,7 @@ const DEFAULTS = {
   "session.resumed": () => ({ open_calls: [] }),
   "session.snapshot": () => ({ transcript: [], open_calls: [] }),
   "response.created": () => ({ in_reply_to: null, call_id: null }),
+  "response.retrying": () => ({}),
   "text.delta": () => ({}),
   "text.done": () => ({}),
   "tool.calls": () => ({ calls: [] }),
@@ -633,7 +646,8 @@ export class GatewayClient {
 
   /**
    * Send a user message and yield the text of the response to it, as it streams; ends at
-   * that response's `response.done`.
+   * that response's `response.done`. The text of consecutive model steps (before and after a
+   * tool call) is joined with a space unless one side already has one.
    * @param {string} text
    * @returns {AsyncGenerator<string, void, void>}
    * @throws {ServerError} the gateway refused the message or the response failed.
@@ -646,6 +660,8 @@ export class GatewayClient {
     try {
       const msgId = await this.post(text);
       let responseId = null;
+      let stepEnded = false; // a text.done came: the next delta starts a new model step
+      let last = ""; // the last character yielded
       for (;;) {
         const item = await inbox.next();
         if (item instanceof End) throw item.error;
@@ -655,7 +671,16 @@ export class GatewayClient {
             if (event.in_reply_to === msgId) responseId = event.response_id;
             break;
           case "text.delta":
-            if (responseId !== null && event.response_id === responseId) yield event.delta;
+            if (responseId !== null && event.response_id === responseId && event.delta) {
+              // Steps join with a space (unless one side has one), as the web demo shows them.
+              const space = stepEnded && last && !/\s/.test(last) && !/^\s/.test(event.delta);
+              stepEnded = false;
+              last = event.delta.slice(-1);
+              yield space ? ` ${event.delta}` : event.delta;
+            }
+            break;
+          case "text.done":
+            if (responseId !== null && event.response_id === responseId) stepEnded = true;
             break;
           case "error":
             if (event.in_reply_to === msgId || (responseId !== null && event.response_id === responseId)) {
