@@ -40,17 +40,10 @@ from gateway.model import (
     ModelText,
     ModelToolCall,
 )
+from gateway.providers.answer import Answer, check, silent
 from gateway.providers.base import Capabilities, RetryListener
-from gateway.providers.failure import (
-    RETRYABLE_STATUSES,
-    Attempt,
-    display_url,
-    retry_after,
-    seconds,
-    transport_cause,
-    vendor_message,
-)
-from gateway.providers.sse import SseDecoder, SseEvent
+from gateway.providers.failure import Attempt, display_url, seconds, transport_cause
+from gateway.providers.sse import SseEvent
 
 __all__ = [
     "HttpModel",
@@ -66,13 +59,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("gateway.providers")
-
-_DRAIN_TIMEOUT = 0.5
-"""Seconds to wait for the end of an answer after its finish, so the connection can be
-reused; a server slower than that loses the connection, not the step."""
-_DRAIN_SIZE = 64 * 1024
-_ERROR_BODY_SIZE = 64 * 1024
-"""Bytes of an error body read for its message."""
 
 
 class HttpModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,13 +205,13 @@ class HttpProvider(abc.ABC):
             async with asyncio.timeout_at(deadline):
                 response = await client.send(request, stream=True)
         except TimeoutError as exc:
-            raise _silent(url, first) from exc
+            raise silent(url, first) from exc
         except httpx.TransportError as exc:
             raise self._unreachable(url, exc) from exc
         finish: ModelFinish | None = None
         try:
-            body = _Body(response, url, deadline, self.settings)
-            await _check(response, body, url, self.settings.max_retry_after)
+            body = Answer(response, url, deadline, self.settings)
+            await check(response, body, url, self.settings.max_retry_after)
             async with aclosing(body.events()) as events, aclosing(self.parse(events)) as parsed:
                 try:
                     async for event in parsed:
@@ -275,145 +261,6 @@ def _backoff(attempt: int) -> float:
     """Seconds before retry number ``attempt`` (1-based) when the server asked nothing:
     exponential (0.5 s, 1 s, 2 s...) with full jitter."""
     return random.uniform(0, 0.5 * 2 ** (attempt - 1))
-
-
-def _silent(url: str, first: float | None) -> Attempt:
-    wait = seconds(first or 0)
-    return Attempt(
-        f"{url} did not answer within {wait}",
-        retry=True,
-        reason=f"no answer in {wait}",
-        label="no_answer",
-    )
-
-
-class _Body:
-    """The bytes of an answer, each read timed: the first against the attempt's deadline,
-    the next ones against ``stall_timeout``."""
-
-    def __init__(
-        self, response: httpx.Response, url: str, deadline: float | None, settings: HttpModel
-    ) -> None:
-        self._chunks = response.aiter_bytes()
-        self._url = url
-        self._deadline = deadline
-        self._first = settings.first_byte_timeout
-        self._stall = settings.stall_timeout
-        self._flowing = False
-        self._head = b""
-        """The first bytes, to quote an answer that is not an event stream."""
-        self._content_type = response.headers.get("content-type", "").split(";")[0].strip()
-        self._status = response.status_code
-
-    async def read(self, stall: float | None = None) -> bytes | None:
-        """The next bytes; None at the end of the answer."""
-        loop = asyncio.get_running_loop()
-        if self._flowing:
-            pause = self._stall if stall is None else stall
-            deadline = None if pause is None else loop.time() + pause
-        else:
-            deadline = self._deadline
-        try:
-            async with asyncio.timeout_at(deadline):
-                chunk = await anext(self._chunks, None)
-        except TimeoutError as exc:
-            if not self._flowing:
-                raise _silent(self._url, self._first) from exc
-            raise Attempt(
-                f"the stream from {self._url} stalled: nothing for {seconds(self._stall or 0)}",
-                retry=True,
-                reason="the stream stalled",
-                label="stalled",
-            ) from exc
-        except httpx.TransportError as exc:
-            raise Attempt(
-                f"the stream from {self._url} broke: {transport_cause(exc)}",
-                retry=True,
-                reason="the stream broke",
-                label=type(exc).__name__,
-            ) from exc
-        if chunk:
-            self._flowing = True
-            if len(self._head) < 1024:
-                self._head += chunk[:1024]
-        return chunk
-
-    async def read_all(self, limit: int) -> bytes:
-        """The answer's bytes up to ``limit`` (what came before a timeout or a break)."""
-        data = b""
-        try:
-            while len(data) < limit and (chunk := await self.read()) is not None:
-                data += chunk
-        except Attempt:
-            pass
-        return data[:limit]
-
-    async def events(self) -> AsyncGenerator[SseEvent, None]:
-        """The answer's server-sent events."""
-        decoder = SseDecoder()
-        seen = False
-        while (chunk := await self.read()) is not None:
-            for event in decoder.feed(chunk):
-                seen = True
-                yield event
-        for event in decoder.close():
-            seen = True
-            yield event
-        if not seen:
-            raise self.not_a_stream(self._head)
-
-    async def drain(self) -> None:
-        """Read the rest of the answer (after its finish) so the connection is reused."""
-        size = 0
-        try:
-            while size <= _DRAIN_SIZE and (chunk := await self.read(_DRAIN_TIMEOUT)) is not None:
-                size += len(chunk)
-        except Attempt:
-            pass  # the connection is closed instead; the step is whole
-
-    def not_a_stream(self, body: bytes) -> Attempt:
-        what = self._content_type or "no content type"
-        detail = vendor_message(body) if body else "(empty body)"
-        return Attempt(
-            f"{self._url} answered HTTP {self._status} with {what}, not an event stream: {detail}",
-            retry=False,
-            reason="not an event stream",
-            label="not_a_stream",
-        )
-
-
-async def _check(response: httpx.Response, body: _Body, url: str, max_retry_after: float) -> None:
-    """Raises ``Attempt`` for an error status or an answer that is not an event stream."""
-    status = response.status_code
-    if status >= 400:
-        message = vendor_message(await body.read_all(_ERROR_BODY_SIZE))
-        if status in RETRYABLE_STATUSES:
-            asked = retry_after(response)
-            if asked is not None and asked > max_retry_after:
-                raise Attempt(
-                    f"HTTP {status} from {url} asked to retry after {seconds(round(asked, 3))}, "
-                    f"longer than max_retry_after ({seconds(max_retry_after)}): {message}",
-                    retry=False,
-                    retryable=True,
-                    reason=f"HTTP {status}",
-                    label=f"http_{status}",
-                )
-            raise Attempt(
-                f"HTTP {status} from {url}: {message}",
-                retry=True,
-                reason=f"HTTP {status}",
-                label=f"http_{status}",
-                delay=asked,
-            )
-        raise Attempt(
-            f"HTTP {status} from {url}: {message}",
-            retry=False,
-            reason=f"HTTP {status}",
-            label=f"http_{status}",
-        )
-    content_type = response.headers.get("content-type", "")
-    if "json" in content_type or content_type.startswith("text/html"):
-        raise body.not_a_stream(await body.read_all(_ERROR_BODY_SIZE))
 
 
 def json_object(data: str) -> dict[str, Any]:
