@@ -69,7 +69,6 @@ class RawLLM:
     url: str
     answers: list[Answer] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     def script(self, *answers: Answer) -> None:
         self.answers[:] = answers
@@ -77,14 +76,6 @@ class RawLLM:
     def ports(self) -> set[int]:
         """The client ports requests came from: one per connection."""
         return {s.client_port for s in self.seen}
-
-    async def wait_requests(self, count: int, timeout: float = 5.0) -> list[Seen]:
-        """The first ``count`` requests once they have all ended."""
-        async with asyncio.timeout(timeout):
-            while len(self.seen) < count or any(s.ended_at is None for s in self.seen[:count]):
-                self.arrived.clear()
-                await self.arrived.wait()
-        return self.seen[:count]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -103,7 +94,6 @@ class RawLLM:
             started_at=time.monotonic(),
         )
         self.seen.append(seen)
-        self.arrived.set()
         gone = asyncio.ensure_future(receive())  # http.disconnect when the client leaves
         try:
             answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -128,7 +118,6 @@ class RawLLM:
         finally:
             gone.cancel()
             seen.ended_at = time.monotonic()
-            self.arrived.set()
 
 
 @asynccontextmanager

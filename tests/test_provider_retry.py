@@ -240,9 +240,10 @@ async def test_a_200_answer_that_is_not_an_event_stream_says_so(provider):
     ):
         events = await say(conn, "hi")
     error, done = failure(events)
+    url = raw_base(llm.url, provider) + ENDPOINTS[provider]
     assert error.message == (
-        f"the model failed: {raw_base(llm.url, provider)}{ENDPOINTS[provider]} answered HTTP 200 with "
-        "application/json, not an event stream: model not loaded"
+        f"the model failed: {url} answered HTTP 200 with application/json, "
+        "not an event stream: model not loaded"
     ), error.message
     assert not error.retryable
     assert done.status == "failed"
