@@ -44,27 +44,34 @@ class MockLLM:
 
 
 @asynccontextmanager
-async def mock_llm() -> AsyncIterator[MockLLM]:
-    """An llmock server in this event loop, on a free port."""
-    app = create_app(responses=MockResponseSettings(response_style="static", tool_mode="off"))
+async def asgi_server(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn in this event loop, on a free port; yields its URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    llm = MockLLM(url=f"http://127.0.0.1:{sock.getsockname()[1]}", app=app)
-
-    async def counting(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not scope["path"].startswith("/_llmock"):
-            llm.client_ports.append(scope["client"][1])
-        await app(scope, receive, send)
-
-    server = uvicorn.Server(uvicorn.Config(counting, log_config=None, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        yield llm
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         await task
         sock.close()
+
+
+@asynccontextmanager
+async def mock_llm() -> AsyncIterator[MockLLM]:
+    """An llmock server in this event loop, on a free port."""
+    app = create_app(responses=MockResponseSettings(response_style="static", tool_mode="off"))
+    ports: list[int] = []
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith("/_llmock"):
+            ports.append(scope["client"][1])
+        await app(scope, receive, send)
+
+    async with asgi_server(counting) as url:
+        yield MockLLM(url=url, app=app, client_ports=ports)
 
 
 def now() -> float:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
+from tests.mock_llm import asgi_server
 
 __all__ = ["HANG", "Answer", "Pause", "RawLLM", "Seen", "raw_llm", "sse"]
 
@@ -123,15 +122,6 @@ class RawLLM:
 @asynccontextmanager
 async def raw_llm(*answers: Answer) -> AsyncIterator[RawLLM]:
     """The server, in this event loop, on a free port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    llm = RawLLM(url=f"http://127.0.0.1:{sock.getsockname()[1]}", answers=list(answers))
-    server = uvicorn.Server(uvicorn.Config(llm, log_config=None, lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
+    llm = RawLLM(url="", answers=list(answers))
+    async with asgi_server(llm) as llm.url:
         yield llm
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()

@@ -31,9 +31,8 @@ from gateway.protocol import (
 from tests.mock_llm import mock_llm, now
 from tests.raw_llm import HANG, Answer, raw_llm, sse
 from tests.support import Gateway, say, serving, session, streamed_text
+from tests.test_providers import AGENT, PROVIDERS
 
-AGENT = Path(__file__).parent / "data" / "provider_agent.toml"
-PROVIDERS = ["openai", "anthropic", "gemini"]
 OPENING = {"openai": 1, "anthropic": 3}
 """llmock's events before any text: OpenAI's role chunk; Anthropic's message_start,
 content_block_start and ping."""
@@ -215,19 +214,6 @@ async def test_max_retry_after_is_a_model_setting(tmp_path):
     error, _ = failure(events)
     assert "0.5 s" in error.message
     assert "max_retry_after (0.2 s)" in error.message
-
-
-async def test_a_retry_is_announced_with_its_delay_and_reason():
-    async with mock_llm() as llm, gateway_on("anthropic", llm.base_url("anthropic")) as gateway:
-        await llm.script(
-            {"type": "fail", "status": 529, "retry_after": 0.3},
-            {"type": "reply", "text": "second time lucky"},
-        )
-        async with session(gateway.url) as (conn, _):
-            events = await say(conn, "hi")
-    assert streamed_text(events) == "second time lucky"
-    (notice,) = notices(events)
-    assert (notice.attempt, notice.delay, notice.reason) == (1, 0.3, "HTTP 529")
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,7 @@ from gateway.transcript import AssistantTurn, ContextNote, UserTurn
 from tests.mock_llm import mock_llm
 from tests.raw_llm import Answer, raw_llm, sse
 from tests.support import say, serving, session, streamed_text
-
-AGENT = Path(__file__).parent / "data" / "provider_agent.toml"
-PROVIDERS = ["openai", "anthropic", "gemini"]
+from tests.test_providers import AGENT, PROVIDERS
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
