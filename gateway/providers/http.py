@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import json
 import os
 import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -154,7 +154,13 @@ class HttpProvider(abc.ABC):
                 retry = failed
             attempt += 1
             delay = retry.delay if retry.delay is not None else _backoff(attempt)
-            log.info("model_retrying", url=url, attempt=attempt, reason=retry.reason, delay=delay)
+            log.info(
+                "model_retrying",
+                url=url,
+                attempt=attempt,
+                reason=retry.reason,
+                delay=round(delay, 3),
+            )
             self._report_retry(retry.label)
             yield ModelRetrying(attempt=attempt, delay=delay, reason=retry.reason)
             await asyncio.sleep(delay)
@@ -188,7 +194,8 @@ class HttpProvider(abc.ABC):
                 continue
             del self._clients[other]
             if other.is_running():
-                asyncio.run_coroutine_threadsafe(client.aclose(), other)
+                with contextlib.suppress(RuntimeError):  # it closed in the meantime
+                    asyncio.run_coroutine_threadsafe(client.aclose(), other)
 
     async def _attempt(self, upstream: Upstream, url: str) -> AsyncIterator[ModelEvent]:
         """One try: send the request, yield what ``parse`` makes of the answer, read the
@@ -212,7 +219,10 @@ class HttpProvider(abc.ABC):
         try:
             body = Answer(response, url, deadline, self.settings)
             await check(response, body, url, self.settings.max_retry_after)
-            async with aclosing(body.events()) as events, aclosing(self.parse(events)) as parsed:
+            async with (
+                contextlib.aclosing(body.events()) as events,
+                contextlib.aclosing(self.parse(events)) as parsed,
+            ):
                 try:
                     async for event in parsed:
                         if isinstance(event, ModelFinish):
