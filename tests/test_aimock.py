@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.protocol import ResponseDone, ToolCalls, ToolResult, ToolResults, UserMessage
-from tests.support import say, serving, session, streamed_text
-from tests.test_providers import AGENT, PROVIDERS
+from tests.test_provider_wire import emoji_turns
+from tests.test_providers import PROVIDERS
 
 ROOT = Path(__file__).parent.parent
 CLI = ROOT / ".aimock" / "node_modules" / "@copilotkit" / "aimock" / "dist" / "cli.js"
@@ -61,21 +60,4 @@ async def aimock(chunk_size: int) -> AsyncIterator[str]:
 async def test_an_emoji_cut_by_a_node_server_reaches_the_client_whole(provider):
     async with aimock(chunk_size=12) as url:
         base = url + "/v1" if provider == "openai" else url
-        async with (
-            serving(agent=str(AGENT), model=f"{provider}:m", base_url=base) as gateway,
-            session(gateway.url) as (conn, _),
-        ):
-            events = await say(conn, "hi")
-            assert streamed_text(events) == "Hello, you 😀 world"
-            done = events[-1]
-            assert isinstance(done, ResponseDone)
-            assert done.status == "completed"
-            await conn.send(UserMessage(text="note it"))
-            calls = (await conn.recv_until(lambda e: isinstance(e, ToolCalls)))[-1]
-            assert isinstance(calls, ToolCalls)
-            (call,) = calls.calls
-            assert (call.tool, call.args) == ("device_b", {"text": "ab😀"})
-            result = ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "ok"})
-            await conn.send(ToolResults(results=[result]))
-            events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
-    assert streamed_text(events) == "noted"
+        await emoji_turns(provider, base, "Hello, you 😀 world", {"text": "ab😀"})

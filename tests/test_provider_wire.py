@@ -236,29 +236,34 @@ def gemini_answers() -> list[Answer]:
 ANSWERS = {"openai": openai_answers, "anthropic": anthropic_answers, "gemini": gemini_answers}
 
 
+async def emoji_turns(provider: str, base_url: str, text: str, args: dict[str, Any]) -> None:
+    """Through a gateway on the model at ``base_url``: "hi" gets ``text``, "note it" a call
+    of device_b with ``args``, and its result the text "noted" (the session goes on)."""
+    async with (
+        serving(agent=str(AGENT), model=f"{provider}:m", base_url=base_url) as gateway,
+        session(gateway.url) as (conn, _),
+    ):
+        events = await say(conn, "hi")
+        assert streamed_text(events) == text
+        done = events[-1]
+        assert isinstance(done, ResponseDone)
+        assert done.status == "completed"
+        await conn.send(UserMessage(text="note it"))
+        calls = (await conn.recv_until(lambda e: isinstance(e, ToolCalls)))[-1]
+        assert isinstance(calls, ToolCalls)
+        (call,) = calls.calls
+        assert (call.tool, call.args) == ("device_b", args)
+        result = ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "ok"})
+        await conn.send(ToolResults(results=[result]))
+        events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+        assert streamed_text(events) == "noted"
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_halves_of_an_emoji_cut_by_the_server_reach_the_client_whole(provider):
     async with raw_llm(*ANSWERS[provider]()) as llm:
         base = llm.url + "/v1" if provider == "openai" else llm.url
-        async with (
-            serving(agent=str(AGENT), model=f"{provider}:m", base_url=base) as gateway,
-            session(gateway.url) as (conn, _),
-        ):
-            events = await say(conn, "hi")
-            assert streamed_text(events) == "Hello 😀 world"
-            done = events[-1]
-            assert isinstance(done, ResponseDone)
-            assert done.status == "completed"
-            # The session goes on: a call whose arguments were cut the same way.
-            await conn.send(UserMessage(text="note it"))
-            calls = (await conn.recv_until(lambda e: isinstance(e, ToolCalls)))[-1]
-            assert isinstance(calls, ToolCalls)
-            (call,) = calls.calls
-            assert (call.tool, call.args) == ("device_b", {"text": "😀"})
-            result = ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "ok"})
-            await conn.send(ToolResults(results=[result]))
-            events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
-    assert streamed_text(events) == "noted"
+        await emoji_turns(provider, base, "Hello 😀 world", {"text": "😀"})
     assert len(llm.seen) == 3
 
 
