@@ -42,7 +42,14 @@ system-packages: $(STAMP)
 		esac; \
 	fi
 
-test: $(STAMP) system-packages check
+# aimock (npm, no dependencies) is a second, JavaScript mock of the model APIs for
+# tests/test_aimock.py, kept in the git-ignored .aimock/; without the npm registry the
+# install fails quietly and that test is skipped.
+AIMOCK := .aimock/node_modules/@copilotkit/aimock/dist/cli.js
+$(AIMOCK):
+	-npm install --prefix .aimock --no-audit --no-fund --silent @copilotkit/aimock@1.43.0
+
+test: $(STAMP) system-packages check $(AIMOCK)
 	node --test client_sdk/js
 	$(BIN)/python -m pytest
 
@@ -59,4 +66,4 @@ schema: $(STAMP)
 	$(BIN)/gateway schema --output client_sdk/js/protocol.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aimock

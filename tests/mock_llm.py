@@ -7,7 +7,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -23,6 +23,8 @@ PREFIXES = {"openai": "/v1", "anthropic": "/anthropic", "gemini": "/gemini"}
 class MockLLM:
     url: str
     app: Any
+    client_ports: list[int] = field(default_factory=list)
+    """The client port of every request, in order: one distinct port per connection."""
 
     def base_url(self, provider: str) -> str:
         return self.url + PREFIXES[provider]
@@ -42,20 +44,34 @@ class MockLLM:
 
 
 @asynccontextmanager
-async def mock_llm() -> AsyncIterator[MockLLM]:
-    """An llmock server in this event loop, on a free port."""
-    app = create_app(responses=MockResponseSettings(response_style="static", tool_mode="off"))
+async def asgi_server(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn in this event loop, on a free port; yields its URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        yield MockLLM(url=f"http://127.0.0.1:{sock.getsockname()[1]}", app=app)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         await task
         sock.close()
+
+
+@asynccontextmanager
+async def mock_llm() -> AsyncIterator[MockLLM]:
+    """An llmock server in this event loop, on a free port."""
+    app = create_app(responses=MockResponseSettings(response_style="static", tool_mode="off"))
+    ports: list[int] = []
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith("/_llmock"):
+            ports.append(scope["client"][1])
+        await app(scope, receive, send)
+
+    async with asgi_server(counting) as url:
+        yield MockLLM(url=url, app=app, client_ports=ports)
 
 
 def now() -> float:

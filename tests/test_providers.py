@@ -1,8 +1,8 @@
 """The HTTP model adapters against llmock, a real third-party mock of the vendors' APIs.
 
 Each test runs for each provider: plain text, a client-function round trip, two
-parallel calls, a stream cut mid-way, a 429 with Retry-After, a stalled stream,
-and a cancel that must close the upstream request at once.
+parallel calls, a stream cut mid-way, a 429 with Retry-After (announced to the client),
+a stalled stream, and a cancel that must close the upstream request at once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gateway.protocol import (
     Error,
     ResponseCancel,
     ResponseDone,
+    ResponseRetrying,
     TextDelta,
     ToolCalls,
     ToolResult,
@@ -197,6 +198,8 @@ async def test_429_is_retried_after_retry_after(stack):
     async with session(gateway.url) as (conn, _):
         events = await say(conn, "hi")
     assert streamed_text(events) == "worth the wait"
+    (notice,) = [e for e in events if isinstance(e, ResponseRetrying)]  # the client is told
+    assert (notice.attempt, notice.delay, notice.reason) == (1, 0.4, "HTTP 429")
     refused, served = await llm.requests()
     assert refused.status == 429
     assert served.started_at - refused.ended_at >= 0.4

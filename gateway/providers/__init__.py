@@ -66,9 +66,16 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     temperature: float | None = None
     max_tokens: int | None = None
     connect_timeout: float = 10.0
-    stall_timeout: float = 60.0
-    """Seconds without a byte from the model before the stream counts as stalled."""
+    first_byte_timeout: float | None = 15.0
+    """HTTP providers: seconds from sending a request to the first byte of the answer
+    (None: no limit)."""
+    stall_timeout: float | None = 60.0
+    """HTTP providers: seconds without a byte once the answer flows before the stream counts
+    as stalled (None: no limit)."""
     max_retries: int = 2
+    """HTTP providers: retries of a step while nothing of it has reached the client."""
+    max_retry_after: float = 30.0
+    """HTTP providers: the longest ``Retry-After`` waited for; longer fails the step at once."""
     tools: bool = True
     """Whether the model can call tools; an agent with tools and ``tools = false`` is refused."""
     scenario: str | None = None
@@ -100,17 +107,32 @@ def create_provider(
         )
     if not settings.model:
         raise ConfigError(f"model: the {settings.provider} provider needs 'model'")
+    import structlog
+
+    from gateway.providers.failure import display_url
     from gateway.providers.http import HttpModel, api_key_from_env
 
+    key_env = settings.api_key_env or adapter.api_key_env
     http = HttpModel(
         model=settings.model,
         base_url=settings.base_url or adapter.base_url,
         api_key=api_key_from_env(settings.api_key_env, adapter.api_key_env),
         connect_timeout=settings.connect_timeout,
+        first_byte_timeout=settings.first_byte_timeout,
         stall_timeout=settings.stall_timeout,
         max_retries=settings.max_retries,
+        max_retry_after=settings.max_retry_after,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )
+    if http.api_key is None:
+        # Not an error: a local server (Ollama, vLLM...) needs no key.
+        structlog.get_logger("gateway.providers").warning(
+            "model_api_key_missing",
+            provider=settings.provider,
+            variable=key_env,
+            base_url=display_url(http.base_url),
+            hint="requests go without credentials; fine for a local server",
+        )
     adapter_class: type[HttpProvider] = _load(adapter.target)
     return adapter_class(http, tools=settings.tools)

@@ -14,16 +14,18 @@ content blocks (the tool results of a step come first in theirs).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.errors import ProviderError
 from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.providers.http import (
     HttpProvider,
+    SseEvent,
+    Upstream,
     json_object,
     outcome_json,
     safe_call_id,
+    stream_error,
     tool_call,
 )
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
@@ -35,6 +37,8 @@ _DEFAULT_MAX_TOKENS = 1024  # Anthropic requires max_tokens
 _OPENING = "(the conversation so far)"
 """The user message put first when the conversation would start with the assistant."""
 _STOP_REASONS = {"tool_use": "tool_calls", "end_turn": "stop"}
+_TRANSIENT_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
+"""Mid-stream error types worth sending the request again for."""
 
 
 def anthropic_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -103,15 +107,18 @@ class AnthropicProvider(HttpProvider):
             body["temperature"] = self.settings.temperature
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def upstream(self, request: ModelRequest) -> Upstream:
         headers = {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
         if self.settings.api_key:
             headers["x-api-key"] = self.settings.api_key
         url = self.settings.base_url.rstrip("/") + "/v1/messages"
+        return Upstream(url, self.body(request), headers)
+
+    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
         calls: dict[int, dict[str, str]] = {}
         stop: str | None = None
         input_tokens = output_tokens = 0
-        async for event in self._stream(url, self.body(request), headers):
+        async for event in events:
             data = json_object(event.data)
             kind = event.event if event.event != "message" else data.get("type")
             if kind == "message_start":
@@ -141,9 +148,13 @@ class AnthropicProvider(HttpProvider):
             elif kind == "error":
                 error = data.get("error") or {}
                 message = error.get("message") if isinstance(error, dict) else error
-                raise ProviderError(f"the model failed mid-stream: {message or 'unknown error'}")
+                kind = error.get("type") if isinstance(error, dict) else None
+                raise stream_error(
+                    f"sent an error: {message or 'unknown error'}",
+                    retryable=kind in _TRANSIENT_ERRORS,
+                )
         if stop is None:
-            raise ProviderError("the model stream ended without a stop reason (truncated)")
+            raise stream_error("ended the stream without a stop reason (truncated)", retryable=True)
         for index in sorted(calls):
             yield tool_call(calls[index]["name"], calls[index]["arguments"])
         yield ModelFinish(

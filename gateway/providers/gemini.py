@@ -11,12 +11,19 @@ of a user content.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.errors import ProviderError
 from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
-from gateway.providers.http import HttpProvider, json_object, safe_call_id, tool_call
+from gateway.providers.http import (
+    HttpProvider,
+    SseEvent,
+    Upstream,
+    json_object,
+    safe_call_id,
+    stream_error,
+    tool_call,
+)
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 __all__ = ["GeminiProvider", "gemini_contents"]
@@ -46,7 +53,7 @@ def gemini_contents(request: ModelRequest) -> list[dict[str, Any]]:
     for item in request.items:
         match item:
             case UserTurn(text=text) | ContextNote(text=text):
-                add("user", [{"text": text}])
+                add("user", [{"text": text}] if text else [])  # Gemini refuses empty text
             case AssistantTurn(text=text, calls=calls):
                 parts: list[dict[str, Any]] = [{"text": text}] if text else []
                 parts.extend(
@@ -101,21 +108,24 @@ class GeminiProvider(HttpProvider):
             body["generationConfig"] = config
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def upstream(self, request: ModelRequest) -> Upstream:
         headers = {"x-goog-api-key": self.settings.api_key} if self.settings.api_key else {}
         url = (
             self.settings.base_url.rstrip("/")
             + f"/v1beta/models/{self.settings.model}:streamGenerateContent?alt=sse"
         )
+        return Upstream(url, self.body(request), headers)
+
+    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
         calls: list[tuple[str, Any]] = []
         finish: str | None = None
         usage: ModelUsage | None = None
-        async for event in self._stream(url, self.body(request), headers):
+        async for event in events:
             chunk = json_object(event.data)
             if chunk.get("error"):
                 error = chunk["error"]
                 message = error.get("message", error) if isinstance(error, dict) else error
-                raise ProviderError(f"the model failed: {message}")
+                raise stream_error(f"sent an error: {message}", retryable=True)
             if chunk.get("usageMetadata"):
                 usage = ModelUsage(
                     input_tokens=chunk["usageMetadata"].get("promptTokenCount", 0),
@@ -136,7 +146,9 @@ class GeminiProvider(HttpProvider):
             if finish:  # the last chunk: stop reading, as openai.py does at [DONE]
                 break
         if finish is None:
-            raise ProviderError("the model stream ended without a finish reason (truncated)")
+            raise stream_error(
+                "ended the stream without a finish reason (truncated)", retryable=True
+            )
         for name, args in calls:
             yield tool_call(name, json.dumps({} if args is None else args))
         reason = "tool_calls" if calls else finish.lower()

@@ -1,24 +1,30 @@
-"""What the HTTP providers share: one pooled client, SSE parsing, retries, timeouts.
+"""What the HTTP providers share: one pooled client, the request, its retries and timeouts.
 
-The vendors' wire formats differ; their failure modes do not. Before the first
-model event, connection errors, 429 (honouring ``Retry-After``) and 5xx are
-retried with exponential backoff and jitter. After the first event a broken or
-stalled stream is a ``ProviderError``: the session ends the response
-``incomplete`` and carries on. Cancelling the consumer closes the upstream
-request at once (the connection is dropped, not returned to the pool).
+The vendors' wire formats differ; their failure modes do not. A subclass says where a
+request goes (``upstream``) and how to read the answer's server-sent events (``parse``);
+``HttpProvider.stream`` runs attempts of request and parse, and sends the request again
+(connection errors, silence, 408/409/429/5xx/529, a stream that drops, stalls or ends early)
+as long as the parser has yielded no text and no tool call of the step: nothing of it has
+reached the client, so nothing is lost or repeated. Opening events (OpenAI's role chunk,
+Anthropic's ``message_start`` or ``ping``, Gemini's empty first chunk) do not count. Before
+each wait it yields ``ModelRetrying``, which the client hears as ``response.retrying``.
+
+Timeouts: ``first_byte_timeout`` from sending the request to the first byte of the answer,
+then ``stall_timeout`` between bytes. A ``Retry-After`` longer than ``max_retry_after``
+fails at once. Each step reads its answer to the end so the connection goes back to the
+pool; cancelling the consumer closes the upstream request at once.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import json
 import os
 import random
 import re
-import time
-from collections.abc import AsyncIterator
-from email.utils import parsedate_to_datetime
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -26,25 +32,33 @@ import msgspec
 import structlog
 
 from gateway.errors import ProviderError
-from gateway.model import ModelEvent, ModelRequest, ModelToolCall
+from gateway.model import (
+    ModelEvent,
+    ModelFinish,
+    ModelRequest,
+    ModelRetrying,
+    ModelText,
+    ModelToolCall,
+)
+from gateway.providers.answer import Answer, check, silent
 from gateway.providers.base import Capabilities, RetryListener
+from gateway.providers.failure import Attempt, display_url, seconds, transport_cause
+from gateway.providers.sse import SseEvent
 
 __all__ = [
     "HttpModel",
     "HttpProvider",
     "SseEvent",
+    "Upstream",
     "api_key_from_env",
     "json_object",
     "outcome_json",
-    "retry_delay",
     "safe_call_id",
-    "sse_events",
+    "stream_error",
     "tool_call",
 ]
 
 log = structlog.get_logger("gateway.providers")
-
-_RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 
 
 class HttpModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,12 +68,25 @@ class HttpModel(msgspec.Struct, frozen=True, kw_only=True):
     base_url: str
     api_key: str | None = None
     connect_timeout: float = 10.0
-    stall_timeout: float = 60.0
-    """Seconds without a byte from the model before the stream counts as stalled."""
+    first_byte_timeout: float | None = 15.0
+    """Seconds from sending the request to the first byte of the answer (None: no limit)."""
+    stall_timeout: float | None = 60.0
+    """Seconds without a byte once the answer flows before it counts as stalled (None: no
+    limit)."""
     max_retries: int = 2
-    """Retries before the first event (connection errors, 429, 5xx)."""
+    """Retries while nothing of the step has reached the client."""
+    max_retry_after: float = 30.0
+    """The longest ``Retry-After`` waited for; a server asking more fails the step at once."""
     temperature: float | None = None
     max_tokens: int | None = None
+
+
+class Upstream(msgspec.Struct, frozen=True):
+    """Where a step's request goes and what it carries."""
+
+    url: str
+    body: dict[str, Any]
+    headers: dict[str, str]
 
 
 def api_key_from_env(name: str | None, default_name: str) -> str | None:
@@ -67,41 +94,15 @@ def api_key_from_env(name: str | None, default_name: str) -> str | None:
     return os.environ.get(name or default_name) or None
 
 
-class SseEvent(msgspec.Struct, frozen=True):
-    event: str
-    data: str
+def stream_error(message: str, *, retryable: bool = False) -> ProviderError:
+    """A parser's failure: ``message`` follows the URL (``sent a chunk that is not JSON``).
 
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[SseEvent]:
-    """Server-sent events of a streaming response (``data:`` lines joined per event)."""
-    event, data = "", list[str]()
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield SseEvent(event or "message", "\n".join(data))
-            event, data = "", list[str]()
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-    if data:
-        yield SseEvent(event or "message", "\n".join(data))
-
-
-def retry_delay(attempt: int, response: httpx.Response | None) -> float:
-    """Seconds before retry number ``attempt`` (0-based): ``Retry-After`` if the
-    server set one, else exponential backoff (0.5 s, 1 s, 2 s...) with full jitter."""
-    if response is not None:
-        header = response.headers.get("retry-after")
-        if header:
-            try:
-                return max(0.0, float(header))
-            except ValueError:
-                try:
-                    return max(0.0, parsedate_to_datetime(header).timestamp() - time.time())
-                except (TypeError, ValueError):
-                    pass
-    return random.uniform(0, 0.5 * 2**attempt)
+    ``retryable``: the same request may well work again (a truncated stream, an overloaded
+    server); it is then sent again if nothing of the step reached the client.
+    """
+    error = ProviderError(message)
+    error.retryable = retryable
+    return error
 
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -127,79 +128,136 @@ class HttpProvider(abc.ABC):
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     @abc.abstractmethod
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def upstream(self, request: ModelRequest) -> Upstream:
+        """The HTTP request for one step."""
+
+    @abc.abstractmethod
+    def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
+        """The model's events in the answer's SSE events: text and tool calls as they come,
+        ``ModelFinish`` last. Raises ``ProviderError`` (see ``stream_error``)."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """The model's events for ``request`` (see ``gateway.providers.base.Provider``)."""
+        upstream = self.upstream(request)
+        url = display_url(upstream.url)
+        attempt = 0
+        while True:
+            said = False
+            try:
+                async for event in self._attempt(upstream, url):
+                    said = said or isinstance(event, ModelText | ModelToolCall)
+                    yield event
+                return
+            except Attempt as failed:
+                if said or not failed.retry or attempt >= self.settings.max_retries:
+                    raise failed.after(attempt + 1, self.settings.api_key) from failed
+                retry = failed
+            attempt += 1
+            delay = retry.delay if retry.delay is not None else _backoff(attempt)
+            log.info(
+                "model_retrying",
+                url=url,
+                attempt=attempt,
+                reason=retry.reason,
+                delay=round(delay, 3),
+            )
+            self._report_retry(retry.label)
+            yield ModelRetrying(attempt=attempt, delay=delay, reason=retry.reason)
+            await asyncio.sleep(delay)
 
     async def aclose(self) -> None:
         """Close the pooled connections (at shutdown)."""
-        clients, self._clients = self._clients, {}
         loop = asyncio.get_running_loop()
-        for client_loop, client in clients.items():
-            if client_loop is loop:
-                await client.aclose()
+        client = self._clients.pop(loop, None)
+        self._close_others(loop)
+        if client is not None:
+            await client.aclose()
 
     def _client(self) -> httpx.AsyncClient:
         # One pooled client per event loop (tests run several loops in one process).
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            timeout = httpx.Timeout(
-                connect=self.settings.connect_timeout,
-                read=self.settings.stall_timeout,
-                write=self.settings.connect_timeout,
-                pool=self.settings.connect_timeout,
-            )
+            self._close_others(loop)
+            connect = self.settings.connect_timeout
+            # No read timeout here: the attempt times the first byte and each pause itself.
+            timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=connect)
             client = httpx.AsyncClient(timeout=timeout, transport=self.transport)
-            self._clients = {loop: client}
+            self._clients[loop] = client
         return client
 
-    async def _stream(
-        self, url: str, body: dict[str, Any], headers: dict[str, str]
-    ) -> AsyncIterator[SseEvent]:
-        """POST and yield the response's SSE events, retrying what can be retried."""
-        attempt = 0
-        while True:
-            yielded = False
-            try:
-                async with self._client().stream(
-                    "POST", url, json=body, headers=headers
-                ) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if (
-                            response.status_code in _RETRYABLE
-                            and attempt < self.settings.max_retries
-                        ):
-                            delay = retry_delay(attempt, response)
-                            log.info(
-                                "model_retrying", status=response.status_code, delay=round(delay, 3)
-                            )
-                            self._report_retry(f"http_{response.status_code}")
-                            attempt += 1
-                            await asyncio.sleep(delay)
-                            continue
-                        failure = ProviderError(_http_error(response))
-                        failure.retryable = response.status_code in _RETRYABLE
-                        raise failure
-                    async for event in sse_events(response):
-                        yielded = True
-                        yield event
-                    return
-            except httpx.TimeoutException as exc:
-                if yielded:
-                    raise ProviderError("the model stream stalled") from exc
-                error: Exception = exc
-            except httpx.TransportError as exc:
-                if yielded:
-                    raise ProviderError(f"the model stream broke: {type(exc).__name__}") from exc
-                error = exc
-            if attempt >= self.settings.max_retries:
-                raise ProviderError(f"cannot reach the model: {type(error).__name__}") from error
-            delay = retry_delay(attempt, None)
-            log.info("model_retrying", error=type(error).__name__, delay=round(delay, 3))
-            self._report_retry(type(error).__name__)
-            attempt += 1
-            await asyncio.sleep(delay)
+    def _close_others(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the clients made for other event loops where those still run (a loop in
+        another thread); a client of a loop that stopped can only be dropped."""
+        for other, client in list(self._clients.items()):
+            if other is loop:
+                continue
+            del self._clients[other]
+            if other.is_running():
+                with contextlib.suppress(RuntimeError):  # it closed in the meantime
+                    asyncio.run_coroutine_threadsafe(client.aclose(), other)
+
+    async def _attempt(self, upstream: Upstream, url: str) -> AsyncIterator[ModelEvent]:
+        """One try: send the request, yield what ``parse`` makes of the answer, read the
+        answer to its end, and only then yield the ``ModelFinish`` (so a consumer that
+        stops there leaves no connection behind)."""
+        client = self._client()
+        loop = asyncio.get_running_loop()
+        first = self.settings.first_byte_timeout
+        deadline = None if first is None else loop.time() + first
+        request = client.build_request(
+            "POST", upstream.url, json=upstream.body, headers=upstream.headers
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await client.send(request, stream=True)
+        except TimeoutError as exc:
+            raise silent(url, first) from exc
+        except httpx.TransportError as exc:
+            raise self._unreachable(url, exc) from exc
+        finish: ModelFinish | None = None
+        try:
+            body = Answer(response, url, deadline, self.settings)
+            await check(response, body, url, self.settings.max_retry_after)
+            async with (
+                contextlib.aclosing(body.events()) as events,
+                contextlib.aclosing(self.parse(events)) as parsed,
+            ):
+                try:
+                    async for event in parsed:
+                        if isinstance(event, ModelFinish):
+                            finish = event
+                        else:
+                            yield event
+                except Attempt:
+                    raise
+                except ProviderError as exc:
+                    raise Attempt(
+                        f"{url} {exc}",
+                        retry=exc.retryable,
+                        reason="the stream failed",
+                        label="stream_error",
+                    ) from exc
+            if finish is None:
+                raise Attempt(
+                    f"{url} ended the stream before its finish (truncated)",
+                    retry=True,
+                    reason="the stream ended early",
+                    label="truncated",
+                )
+            await body.drain()
+        finally:
+            await response.aclose()
+        yield finish
+
+    def _unreachable(self, url: str, exc: httpx.TransportError) -> Attempt:
+        if isinstance(exc, httpx.ConnectTimeout):
+            cause = f"no connection within {seconds(self.settings.connect_timeout)}"
+        else:
+            cause = transport_cause(exc)
+        return Attempt(
+            f"cannot reach {url}: {cause}", retry=True, reason=cause, label=type(exc).__name__
+        )
 
     def _report_retry(self, reason: str) -> None:
         if self.on_retry is not None:
@@ -209,15 +267,10 @@ class HttpProvider(abc.ABC):
                 log.exception("retry_listener_failed")
 
 
-def _http_error(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        detail = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(detail, dict):
-            detail = detail.get("message", detail)
-    except (json.JSONDecodeError, ValueError):
-        detail = response.text[:200]
-    return f"the model answered HTTP {response.status_code}: {detail}"
+def _backoff(attempt: int) -> float:
+    """Seconds before retry number ``attempt`` (1-based) when the server asked nothing:
+    exponential (0.5 s, 1 s, 2 s...) with full jitter."""
+    return random.uniform(0, 0.5 * 2 ** (attempt - 1))
 
 
 def json_object(data: str) -> dict[str, Any]:
@@ -225,9 +278,9 @@ def json_object(data: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
     except json.JSONDecodeError as exc:
-        raise ProviderError("the model sent a chunk that is not JSON") from exc
+        raise stream_error("sent a chunk that is not JSON") from exc
     if not isinstance(value, dict):
-        raise ProviderError("the model sent a chunk that is not a JSON object")
+        raise stream_error("sent a chunk that is not a JSON object")
     return value
 
 

@@ -8,16 +8,18 @@ are assembled by ``index`` (name first, arguments as JSON text in pieces).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.errors import ProviderError
 from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.providers.http import (
     HttpProvider,
+    SseEvent,
+    Upstream,
     json_object,
     outcome_json,
     safe_call_id,
+    stream_error,
     tool_call,
 )
 from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
@@ -34,6 +36,8 @@ def openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
         match item:
             case UserTurn(text=text) | ContextNote(text=text):
                 messages.append({"role": "user", "content": text})
+            case AssistantTurn(text="", calls=()):
+                pass  # a step that said nothing: see docs/providers.md, "History"
             case AssistantTurn(text=text, calls=calls):
                 message: dict[str, Any] = {"role": "assistant", "content": text or None}
                 if calls:
@@ -87,18 +91,23 @@ class OpenAIProvider(HttpProvider):
             body["max_tokens"] = self.settings.max_tokens
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def upstream(self, request: ModelRequest) -> Upstream:
         headers = (
             {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
         )
         url = self.settings.base_url.rstrip("/") + "/chat/completions"
+        return Upstream(url, self.body(request), headers)
+
+    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
         calls: dict[int, dict[str, str]] = {}
         finish: str | None = None
         usage: ModelUsage | None = None
-        async for event in self._stream(url, self.body(request), headers):
+        async for event in events:
             if event.data == "[DONE]":
                 break
             chunk = json_object(event.data)
+            if chunk.get("error"):  # some compatible servers report failures in the stream
+                raise stream_error(f"sent an error: {_message(chunk['error'])}", retryable=True)
             if chunk.get("usage"):
                 usage = ModelUsage(
                     input_tokens=chunk["usage"].get("prompt_tokens", 0),
@@ -115,7 +124,13 @@ class OpenAIProvider(HttpProvider):
                     call["arguments"] += function.get("arguments") or ""
                 finish = choice.get("finish_reason") or finish
         if finish is None:
-            raise ProviderError("the model stream ended without a finish reason (truncated)")
+            raise stream_error(
+                "ended the stream without a finish reason (truncated)", retryable=True
+            )
         for index in sorted(calls):
             yield tool_call(calls[index]["name"], calls[index]["arguments"])
         yield ModelFinish(reason=finish, usage=usage)
+
+
+def _message(error: Any) -> str:
+    return str(error.get("message", error) if isinstance(error, dict) else error)
