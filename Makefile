@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/gateway serve --host $(HOST) --port $(PORT) --no-auth
 
 # System packages the tests need, from Debian when missing: Chromium drives the web demo
-# (never a downloaded browser), Node runs the browser SDK's tests, nginx fronts the gateway
+# (never a downloaded browser), Node runs the browser SDK's tests and npm installs aimock, nginx fronts the gateway
 # in the deploy test, redis-server backs the Redis store's tests (they start their own on a
 # unix socket: the service apt starts is stopped and disabled, nothing may depend on it).
 # apt's output goes to $(APT_LOG); its tail is shown if it fails.
@@ -29,6 +29,7 @@ system-packages: $(STAMP)
 	@missing=""; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	test -x /usr/bin/redis-server || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
@@ -43,11 +44,10 @@ system-packages: $(STAMP)
 	fi
 
 # aimock (npm, no dependencies) is a second, JavaScript mock of the model APIs for
-# tests/test_aimock.py, kept in the git-ignored .aimock/; without the npm registry the
-# install fails quietly and that test is skipped.
+# tests/test_aimock.py, kept in the git-ignored .aimock/ (pinned).
 AIMOCK := .aimock/node_modules/@copilotkit/aimock/dist/cli.js
-$(AIMOCK):
-	-npm install --prefix .aimock --no-audit --no-fund --silent @copilotkit/aimock@1.43.0
+$(AIMOCK): | system-packages
+	npm install --prefix .aimock --no-audit --no-fund --silent @copilotkit/aimock@1.43.0
 
 test: $(STAMP) system-packages check $(AIMOCK)
 	node --test client_sdk/js

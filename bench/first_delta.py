@@ -22,6 +22,7 @@ import asyncio
 import statistics
 import sys
 import time
+from typing import Any
 
 from bench.provider_overhead import sse_body
 from gateway.logging import configure_logging
@@ -35,6 +36,10 @@ from tests.support import serving, session
 __all__: list[str] = []
 
 
+_HANDLERS: set[asyncio.Task[Any]] = set()
+"""The server's connection handlers: awaited before the loop ends (each ends at EOF)."""
+
+
 async def _serve(body: bytes) -> tuple[asyncio.Server, str]:
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -42,6 +47,9 @@ async def _serve(body: bytes) -> tuple[asyncio.Server, str]:
     )
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        _HANDLERS.add(task)
         try:
             while True:
                 request = await reader.readuntil(b"\r\n\r\n")
@@ -54,6 +62,8 @@ async def _serve(body: bytes) -> tuple[asyncio.Server, str]:
                 writer.write(head + body)  # the whole answer in one burst
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its connection
+        finally:
             writer.close()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
@@ -109,6 +119,7 @@ async def main(chunks: int, rounds: int) -> None:
     async with server:
         direct = await _direct(base_url, rounds)
         gateway = await _through_gateway(base_url, rounds)
+        await asyncio.wait(_HANDLERS - {asyncio.current_task()}, timeout=5)
     print(f"python {sys.version.split()[0]}, {chunks} chunks in one burst, {rounds} rounds")
     print(_line("direct (adapter)", direct))
     print(_line("through the gateway", gateway))

@@ -11,6 +11,7 @@ whole, for each provider, and the session must go on. Skipped when aimock is not
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -26,8 +27,9 @@ ROOT = Path(__file__).parent.parent
 CLI = ROOT / ".aimock" / "node_modules" / "@copilotkit" / "aimock" / "dist" / "cli.js"
 FIXTURES = Path(__file__).parent / "data" / "aimock"
 
+# `make test` (and so CI, which sets CI) installs it: there, missing is a failure.
 pytestmark = pytest.mark.skipif(
-    not CLI.exists() or shutil.which("node") is None,
+    not os.environ.get("CI") and (not CLI.exists() or shutil.which("node") is None),
     reason="aimock is not installed (make test installs it with npm into .aimock/)",
 )
 
