@@ -16,14 +16,14 @@ import pytest
 import structlog
 
 from gateway.agent import load_agent
-from gateway.model import ModelRequest
+from gateway.model import ModelRequest, ModelText
 from gateway.protocol import ResponseDone, ToolCalls, ToolResult, ToolResults, UserMessage
 from gateway.providers.anthropic import anthropic_messages
 from gateway.providers.gemini import gemini_contents
 from gateway.providers.http import HttpModel
 from gateway.providers.openai import OpenAIProvider, openai_messages
 from gateway.transcript import AssistantTurn, ContextNote, UserTurn
-from tests.mock_llm import mock_llm
+from tests.mock_llm import asgi_server, mock_llm
 from tests.raw_llm import Answer, raw_llm, sse
 from tests.support import say, serving, session, streamed_text
 from tests.test_providers import AGENT, PROVIDERS
@@ -280,3 +280,47 @@ def test_a_missing_api_key_is_a_startup_warning(monkeypatch):
     with structlog.testing.capture_logs() as logs:
         load_agent(AGENT, model="openai:m", base_url="http://127.0.0.1:9/v1")
     assert [line for line in logs if line["event"] == "model_api_key_missing"] == []
+
+
+async def test_more_steps_stream_at_once_than_httpx_pools_by_default():
+    # httpx's default pool holds 100 connections: the 101st conversation streaming at once
+    # would wait for one. This server answers no request until all of them are in.
+    streams = 120
+    arrived = 0
+    everyone_in = asyncio.Event()
+
+    async def gate(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal arrived
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        arrived += 1
+        if arrived == streams:
+            everyone_in.set()
+        await everyone_in.wait()
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+        body = sse(chunk) + sse("[DONE]")
+        await send({"type": "http.response.body", "body": body})
+
+    async with asgi_server(gate) as url:
+        settings = HttpModel(model="m", base_url=url + "/v1", connect_timeout=2.0, max_retries=0)
+        provider = OpenAIProvider(settings)
+        request = ModelRequest(instructions="", items=(UserTurn(text="hi"),))
+
+        async def one() -> str:
+            return "".join(
+                [e.text async for e in provider.stream(request) if isinstance(e, ModelText)]
+            )
+
+        try:
+            async with asyncio.timeout(30):
+                texts = await asyncio.gather(
+                    *(one() for _ in range(streams)), return_exceptions=True
+                )
+        finally:
+            everyone_in.set()  # a failed run must not leave the server's handlers waiting
+            await provider.aclose()
+    assert texts == ["hi"] * streams

@@ -76,6 +76,9 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """HTTP providers: retries of a step while nothing of it has reached the client."""
     max_retry_after: float = 30.0
     """HTTP providers: the longest ``Retry-After`` waited for; longer fails the step at once."""
+    max_connections: int = 1000
+    """HTTP providers: connections open to the model server at once (one per streaming
+    step); a step over it waits up to ``connect_timeout`` for one."""
     tools: bool = True
     """Whether the model can call tools; an agent with tools and ``tools = false`` is refused."""
     scenario: str | None = None
@@ -122,6 +125,7 @@ def create_provider(
         stall_timeout=settings.stall_timeout,
         max_retries=settings.max_retries,
         max_retry_after=settings.max_retry_after,
+        max_connections=settings.max_connections,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )

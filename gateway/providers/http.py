@@ -77,6 +77,9 @@ class HttpModel(msgspec.Struct, frozen=True, kw_only=True):
     """Retries while nothing of the step has reached the client."""
     max_retry_after: float = 30.0
     """The longest ``Retry-After`` waited for; a server asking more fails the step at once."""
+    max_connections: int = 1000
+    """Connections to the model server at once: one per streaming step, so it bounds the
+    steps in flight (httpx's own default, 100, would queue the 101st conversation)."""
     temperature: float | None = None
     max_tokens: int | None = None
 
@@ -182,7 +185,9 @@ class HttpProvider(abc.ABC):
             connect = self.settings.connect_timeout
             # No read timeout here: the attempt times the first byte and each pause itself.
             timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=connect)
-            client = httpx.AsyncClient(timeout=timeout, transport=self.transport)
+            most = self.settings.max_connections
+            limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
+            client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self.transport)
             self._clients[loop] = client
         return client
 
