@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import client_sdk.client
+import client_sdk.resume
 from client_sdk import SessionClosed, connect
 from gateway.protocol import (
     Error,
@@ -74,7 +74,7 @@ async def test_a_resume_answered_badly_or_not_at_all_drops_its_socket_and_retrie
     proxy, monkeypatch, mode
 ):
     # "mute": the answer never comes (TimeoutError); "garble": it is not JSON (DecodeError).
-    monkeypatch.setattr(client_sdk.client, "RESUME_ANSWER_TIMEOUT", 0.3)
+    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
     async with connect(proxy.url()) as conv:
         await conv.start()
         resumed = conv.events()
@@ -111,7 +111,7 @@ async def test_a_sdk_task_cancelled_reports_nothing_and_close_leaves_none(gatewa
 
 
 async def test_a_session_update_lost_in_a_drop_is_sent_again(proxy, monkeypatch):
-    monkeypatch.setattr(client_sdk.client, "RESUME_ANSWER_TIMEOUT", 0.3)
+    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
     async with connect(proxy.url()) as conv:
         await conv.start()
         events = conv.events()
@@ -138,7 +138,7 @@ async def test_unconfirmed_results_are_resent_in_batches_the_gateway_accepts(pro
         # 200 results the gateway never confirmed (here: of calls it does not know).
         for i in range(200):
             call_id = f"call_unknown_{i}"
-            conv._unconfirmed[call_id] = ToolResult(call_id=call_id, tool="device_a", output={})
+            conv._outbox.results[call_id] = ToolResult(call_id=call_id, tool="device_a", output={})
         proxy.drop()
         await next_of(events, SessionResumed)
         errors: list[Error] = []
