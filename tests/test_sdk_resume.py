@@ -11,6 +11,7 @@ import pytest
 
 import client_sdk.resume
 from client_sdk import SessionClosed, connect
+from gateway.errors import CloseCode
 from gateway.protocol import (
     Error,
     Outbound,
@@ -169,3 +170,34 @@ async def test_close_ends_pending_iterators_with_session_closed(gateway):
     with pytest.raises(SessionClosed) as closed:
         await asyncio.wait_for(waiting, 5)
     assert closed.value.closed_with == 1000
+
+
+async def test_a_text_frame_that_is_not_utf8_closes_1007_and_the_sdk_resumes(gateway):
+    async with connect(gateway.url) as conv:
+        created = await conv.start()
+        events = conv.events()
+        first = conv._ws
+        assert first is not None
+        # What a broken encoder would send: the gateway's server library closes with 1007.
+        await first.send(b'{"type": "ping", "id": "\xff"}', text=True)
+        await next_of(events, SessionResumed)
+        text = "".join([d async for d in conv.say("echo still here")])
+        assert conv.session is not None
+        assert conv.session.session_id == created.session_id
+    assert first.close_code == CloseCode.INVALID_DATA
+    assert conv.reconnects == 1
+    assert text == "still here"
+
+
+async def test_a_session_resume_the_gateway_refuses_as_invalid_ends_with_1008(proxy):
+    async with connect(proxy.url()) as conv:
+        await conv.start()
+        events = conv.events()
+        conv.last_seq = -1  # a bug's cursor: the session.resume does not validate
+        proxy.drop()
+        with pytest.raises(SessionClosed) as closed:
+            await next_of(events, SessionResumed)
+    # Not retried: the same message would be refused again.
+    assert closed.value.closed_with == CloseCode.POLICY
+    assert "last_seq" in closed.value.reason
+    assert proxy.accepted == 2
