@@ -20,6 +20,7 @@ from gateway.protocol import (
     Outbound,
     ResponseDone,
     SessionCreated,
+    SessionResume,
     SessionStart,
     TextDelta,
     ToolCalls,
@@ -118,6 +119,19 @@ async def session(url: str, **start: Any) -> AsyncIterator[tuple[Connection, Ses
         created = await conn.recv()
         assert isinstance(created, SessionCreated), created
         yield conn, created
+
+
+@asynccontextmanager
+async def resuming(
+    url: str, created: SessionCreated, last_seq: int
+) -> AsyncIterator[tuple[Connection, Outbound]]:
+    """A new socket that sent ``session.resume`` from ``last_seq``; yields it and the answer."""
+    async with connect_raw(url) as conn:
+        resume = SessionResume(
+            session_id=created.session_id, resume_token=created.resume_token, last_seq=last_seq
+        )
+        await conn.send(resume)
+        yield conn, await conn.recv()
 
 
 async def say(conn: Connection, text: str, msg_id: str | None = None) -> list[Outbound]:

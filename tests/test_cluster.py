@@ -25,7 +25,6 @@ from gateway.protocol import (
     Outbound,
     ResponseCreated,
     ResponseDone,
-    SessionResume,
     SessionResumed,
     SessionSnapshot,
     SessionStart,
@@ -40,7 +39,7 @@ from gateway.protocol import (
 from tests.data.tools import gate, reset_gates, runs
 from tests.proxy import Proxy, proxy_to
 from tests.redis_server import RedisServer, redis_server
-from tests.support import Gateway, say, serving, session, streamed_text
+from tests.support import Gateway, resuming, say, serving, session, streamed_text
 
 LEASE_TTL = 1.0
 """Short, so that a node that lost a session learns it within a third of a second."""
@@ -209,17 +208,10 @@ async def test_the_same_result_sent_to_two_nodes_at_once_applies_once(nodes):
         result = ToolResults(
             results=[ToolResult(call_id=call.call_id, tool="device_a", output={"value": "x"})]
         )
-        async with connect_raw(b.url) as other:
-            # The client's second socket takes the session over on node b while its first,
-            # on node a, sends the same result at the same moment.
-            await other.send(
-                SessionResume(
-                    session_id=created.session_id,
-                    resume_token=created.resume_token,
-                    last_seq=calls.seq,
-                )
-            )
-            assert isinstance(await other.recv(), SessionResumed)
+        # The client's second socket takes the session over on node b while its first,
+        # on node a, sends the same result at the same moment.
+        async with resuming(b.url, created, calls.seq) as (other, resumed):
+            assert isinstance(resumed, SessionResumed)
             await asyncio.gather(conn.send(result), other.send(result))
             events = await other.recv_until(lambda e: isinstance(e, ResponseDone))
     statuses = [
@@ -276,15 +268,8 @@ async def test_a_session_moved_away_under_an_open_socket_is_resumed_after_1013(n
         client.move_to(b)
         # Another socket resumes the session on node b while the SDK's is open on node a
         # (a half-open route, a second tab): node a closes the SDK's socket with 1013.
-        async with connect_raw(b.url) as other:
-            await other.send(
-                SessionResume(
-                    session_id=conv_session.session_id,
-                    resume_token=conv_session.resume_token,
-                    last_seq=client.conv.last_seq,
-                )
-            )
-            assert isinstance(await other.recv(), SessionResumed)
+        async with resuming(b.url, conv_session, client.conv.last_seq) as (other, resumed):
+            assert isinstance(resumed, SessionResumed)
             await client.until_a(SessionResumed)  # the SDK took it back, on node b
             with pytest.raises(websockets.ConnectionClosed) as taken:
                 await other.recv()

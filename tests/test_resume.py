@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 import websockets
@@ -22,7 +21,6 @@ from gateway.protocol import (
     Error,
     Outbound,
     ResponseDone,
-    SessionCreated,
     SessionResume,
     SessionResumed,
     SessionSnapshot,
@@ -35,7 +33,7 @@ from gateway.protocol import (
     UserMessage,
 )
 from tests.data.tools import gate, reset_gates
-from tests.support import Gateway, serving, session
+from tests.support import Gateway, resuming, serving, session
 
 
 @pytest.fixture
@@ -43,19 +41,6 @@ async def gateway() -> AsyncIterator[Gateway]:
     reset_gates()
     async with serving() as running:
         yield running
-
-
-@asynccontextmanager
-async def resuming(
-    url: str, created: SessionCreated, last_seq: int
-) -> AsyncIterator[tuple[Connection, Outbound]]:
-    """A new socket that sent ``session.resume`` from ``last_seq``; yields it and the answer."""
-    async with connect_raw(url) as conn:
-        resume = SessionResume(
-            session_id=created.session_id, resume_token=created.resume_token, last_seq=last_seq
-        )
-        await conn.send(resume)
-        yield conn, await conn.recv()
 
 
 async def cut(conn: Connection) -> None:
