@@ -8,9 +8,12 @@ Prints figures; asserts nothing.
 - client-function turn: user.message -> tool.calls -> tool.results -> response.done, many
   turns in one session (the history grows, as in a real conversation), memory store against
   ``--store unix://...`` in the same run;
-- resume: a session started on node A runs one turn, its socket is cut (no close frame),
-  and the time from opening a socket to node B to ``session.resumed`` received is taken;
-  the same on one node (memory and Redis) for comparison;
+- resume: the shipped SDK, through a proxy (tests/proxy.py, in this process) as through a
+  load balancer, starts a session on node A and runs one turn; the proxy is pointed at
+  node B and cuts the socket (no close frame), and the time from the cut to the SDK
+  delivering ``session.resumed`` is taken (its first attempt does not wait: detection,
+  connect and handshake through the proxy, ``session.resume``, takeover, replay); the same
+  on one node (memory and Redis) for comparison;
 - sessions held: gateway RSS and redis-server ``used_memory`` per idle session.
 
     .venv/bin/python -m bench.cluster [--turns 2000] [--resumes 300] [--sessions 2000]
@@ -38,10 +41,11 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from bench.turn_latency import _client_function_turns
-from client_sdk import Connection, connect_raw
-from gateway.protocol import ResponseDone, SessionCreated, SessionStart, UserMessage
+from client_sdk import Connection, connect, connect_raw
+from gateway.protocol import SessionCreated, SessionResumed, SessionStart
+from tests.proxy import proxy_to
 from tests.redis_server import redis_server
-from tests.support import TEST_AGENT, ResumingClient
+from tests.support import TEST_AGENT
 
 __all__: list[str] = []
 
@@ -58,6 +62,7 @@ class Node:
 
     name: str
     url: str
+    port: int
     pid: int
 
 
@@ -113,7 +118,7 @@ def gateway_node(name: str, store: str, *extra: str) -> Iterator[Node]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gateway {name} not listening after {START_TIMEOUT} s")
             time.sleep(0.05)  # polling a condition with a deadline
-        yield Node(name, f"ws://127.0.0.1:{port}/v1/realtime", proc.pid)
+        yield Node(name, f"ws://127.0.0.1:{port}/v1/realtime", port, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -123,27 +128,26 @@ def gateway_node(name: str, store: str, *extra: str) -> Iterator[Node]:
             proc.wait(10)
 
 
-async def resume_times(start_url: str, resume_url: str, samples: int) -> list[float]:
-    """Seconds from opening a socket to ``resume_url`` to ``session.resumed`` received.
+async def resume_times(start: Node, resume: Node, samples: int) -> list[float]:
+    """Seconds from a cut to the SDK delivering ``session.resumed`` from ``resume``.
 
-    Each sample is a new session on ``start_url`` that runs one turn, then loses its
-    socket the hard way (no close frame) before it resumes.
+    Each sample is a new session through a proxy to ``start`` that runs one turn; then the
+    proxy is pointed at ``resume`` and cuts the socket the hard way (no close frame).
     """
     times: list[float] = []
     for _ in range(samples):
-        client = ResumingClient(start_url)
-        await client.start()
-        await client.send(UserMessage(text="echo one two three"))
-        async with asyncio.timeout(10):
-            while not isinstance(await client.next(), ResponseDone):
-                pass
-        await client.drop()
-        client.url = resume_url
-        started = time.perf_counter()
-        async with asyncio.timeout(10):
-            await client.resume()
-        times.append(time.perf_counter() - started)
-        await client.close()
+        async with proxy_to(start.port) as proxy, connect(proxy.url()) as conv:
+            events = conv.events()
+            async with asyncio.timeout(10):
+                assert "".join([d async for d in conv.say("echo one two three")])
+            proxy.upstream = resume.port
+            started = time.perf_counter()
+            proxy.drop()
+            async with asyncio.timeout(10):
+                async for event in events:
+                    if isinstance(event, SessionResumed):
+                        break
+            times.append(time.perf_counter() - started)
     return times
 
 
@@ -203,7 +207,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
             with gateway_node("redis-b", redis_url) as b:
                 for node in (mem, a):  # warm up both (imports, first sessions)
                     await _client_function_turns(node.url, 20)
-                    await resume_times(node.url, node.url, 10)
+                    await resume_times(node, node, 10)
                 # memory first on odd repeats, Redis first on even ones
                 order = [("memory", mem), ("redis", a)][:: 1 if rep % 2 else -1]
                 for label, node in order:
@@ -214,16 +218,16 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
                     ("resume same node, redis", a, a),
                     ("resume other node, redis", a, b),
                 ]:
-                    times = await resume_times(start.url, end.url, args.resumes)
+                    times = await resume_times(start, end, args.resumes)
                     print(f"{label:<38} {_ms(times)}")
         if args.sessions:  # fresh processes, so earlier sessions do not count
             for label, store in (("memory", "memory"), ("redis", redis_url)):
                 with gateway_node(f"held-{label}", store) as node:
                     await _client_function_turns(node.url, 5)
-                    rss, mem = await held(node, redis_url, args.sessions)
+                    rss, used = await held(node, redis_url, args.sessions)
                 print(
                     f"{args.sessions} idle sessions, {label:<6}       "
-                    f"gateway {rss:6.1f} KiB/session, redis-server {mem / 1024:6.2f} KiB/session"
+                    f"gateway {rss:6.1f} KiB/session, redis-server {used / 1024:6.2f} KiB/session"
                 )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
+from websockets.typing import Subprotocol
 
 from gateway.protocol import (
     SUBPROTOCOL,
@@ -25,7 +26,10 @@ from gateway.protocol import (
     encode,
 )
 
-__all__ = ["Connection", "connect_raw"]
+__all__ = ["MAX_FRAME_SIZE", "Connection", "connect_raw", "open_socket"]
+
+MAX_FRAME_SIZE = 64 * 2**20
+"""Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
 
 
 class Connection:
@@ -73,19 +77,26 @@ class Connection:
         await self.websocket.close()
 
 
+async def open_socket(
+    url: str, *, token: str | None = None, api_key: str | None = None, **kwargs: Any
+) -> ClientConnection:
+    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets).
+
+    ``token`` is offered as the ``gateway.token.<token>`` subprotocol (out of URLs and
+    access logs); ``api_key`` is sent as ``Authorization: Bearer`` (server to server).
+    """
+    protocols = [SUBPROTOCOL] if token is None else [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token]
+    kwargs.setdefault("subprotocols", [Subprotocol(p) for p in protocols])
+    if api_key is not None:
+        kwargs.setdefault("additional_headers", {"Authorization": f"Bearer {api_key}"})
+    kwargs.setdefault("max_size", MAX_FRAME_SIZE)
+    return await websockets.connect(url, **kwargs)
+
+
 @asynccontextmanager
 async def connect_raw(
     url: str, *, token: str | None = None, api_key: str | None = None, **kwargs: Any
 ) -> AsyncIterator[Connection]:
-    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets).
-
-    ``token`` is offered as the ``gateway.token.<token>`` subprotocol; ``api_key`` is
-    sent as ``Authorization: Bearer`` (server to server).
-    """
-    protocols = [SUBPROTOCOL] if token is None else [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token]
-    kwargs.setdefault("subprotocols", protocols)
-    if api_key is not None:
-        kwargs.setdefault("additional_headers", {"Authorization": f"Bearer {api_key}"})
-    kwargs.setdefault("max_size", 64 * 2**20)  # snapshots carry whole transcripts
-    async with websockets.connect(url, **kwargs) as websocket:
+    """A ``Connection`` over ``open_socket(url, ...)``, closed when the block ends."""
+    async with await open_socket(url, token=token, api_key=api_key, **kwargs) as websocket:
         yield Connection(websocket)

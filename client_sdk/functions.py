@@ -14,9 +14,9 @@ from typing import Any, get_type_hints
 
 import msgspec
 
-from gateway.protocol import ToolSpec, struct_schema
+from gateway.protocol import ClientCall, ToolResult, ToolSpec, struct_schema
 
-__all__ = ["ClientFunction", "make_function"]
+__all__ = ["ClientFunction", "answer", "make_function"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,22 @@ class ClientFunction:
         else:
             result = await asyncio.to_thread(self.func, **kwargs)
         return msgspec.to_builtins(result)
+
+
+async def answer(function: ClientFunction | None, call: ClientCall) -> ToolResult:
+    """Run ``call`` with ``function`` (``None``: this client has none by that name) within
+    the call's deadline; a failure or an overrun becomes the result's ``error``."""
+    try:
+        if function is None:
+            raise LookupError(f"this client has no function {call.tool!r}")
+        async with asyncio.timeout(max(0.0, call.timeout)):
+            output = await function.invoke(call.args)
+        return ToolResult(call_id=call.call_id, tool=call.tool, output=output)
+    except TimeoutError:
+        error = "the client function overran its deadline"
+    except Exception as exc:  # the handler's failure is the model's to hear about
+        error = f"{type(exc).__name__}: {exc}"
+    return ToolResult(call_id=call.call_id, tool=call.tool, error=error)
 
 
 def make_function(

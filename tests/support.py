@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import socket
 from collections.abc import AsyncIterator
@@ -12,27 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import websockets
-
 from client_sdk import Connection, connect_raw
 from gateway.__main__ import build_server
 from gateway.app import Runtime, agent_from_config, create_app
 from gateway.config import Config
 from gateway.model import ModelEvent, ModelRequest
 from gateway.protocol import (
-    SUBPROTOCOL,
-    ClientMsg,
     Outbound,
     ResponseDone,
     SessionCreated,
     SessionResume,
-    SessionResumed,
     SessionStart,
     TextDelta,
     ToolCalls,
-    ToolResult,
-    ToolResults,
-    ToolStatus,
     UserMessage,
 )
 from gateway.providers.base import Provider, ReportsRetries, RetryListener
@@ -130,6 +121,19 @@ async def session(url: str, **start: Any) -> AsyncIterator[tuple[Connection, Ses
         yield conn, created
 
 
+@asynccontextmanager
+async def resuming(
+    url: str, created: SessionCreated, last_seq: int
+) -> AsyncIterator[tuple[Connection, Outbound]]:
+    """A new socket that sent ``session.resume`` from ``last_seq``; yields it and the answer."""
+    async with connect_raw(url) as conn:
+        resume = SessionResume(
+            session_id=created.session_id, resume_token=created.resume_token, last_seq=last_seq
+        )
+        await conn.send(resume)
+        yield conn, await conn.recv()
+
+
 async def say(conn: Connection, text: str, msg_id: str | None = None) -> list[Outbound]:
     """Send a user message and collect events up to its ``response.done``."""
     await conn.send(UserMessage(text=text, id=msg_id))
@@ -151,84 +155,3 @@ def streamed_text(events: list[Outbound]) -> str:
 
 def types(events: list[Outbound]) -> list[str]:
     return [type(e).__struct_config__.tag for e in events]  # type: ignore[misc]
-
-
-class ResumingClient:
-    """A client that survives drops: it resumes with its cursor and checks what it gets.
-
-    Every event with a ``seq`` must come exactly once and in order (``seq`` strictly
-    increasing by one); results it sent but saw no confirmation of are sent again
-    after a resume (the gateway must not apply them twice).
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: Connection | None = None
-        self.session_id = ""
-        self.token = ""
-        self.last_seq = 0
-        self.drops = 0
-        self.events: list[Outbound] = []
-        self.resumes: list[SessionResumed] = []
-        self.unconfirmed: dict[str, ToolResult] = {}
-
-    async def _connect(self) -> Connection:
-        websocket = await websockets.connect(self.url, subprotocols=[SUBPROTOCOL])
-        self.conn = Connection(websocket)
-        return self.conn
-
-    async def start(self) -> SessionCreated:
-        conn = await self._connect()
-        await conn.send(SessionStart())
-        created = await self.next()
-        assert isinstance(created, SessionCreated)
-        self.session_id, self.token = created.session_id, created.resume_token
-        return created
-
-    async def send(self, msg: ClientMsg) -> None:
-        assert self.conn is not None
-        if isinstance(msg, ToolResults):
-            self.unconfirmed.update({r.call_id: r for r in msg.results})
-        await self.conn.send(msg)
-
-    async def drop(self) -> None:
-        """Lose the socket the hard way (no close frame), as a phone does."""
-        assert self.conn is not None
-        self.conn.websocket.transport.abort()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(5):
-                await self.conn.websocket.wait_closed()
-        self.drops += 1
-
-    async def resume(self) -> SessionResumed:
-        conn = await self._connect()
-        await conn.send(
-            SessionResume(
-                session_id=self.session_id, resume_token=self.token, last_seq=self.last_seq
-            )
-        )
-        resumed = await conn.recv()
-        assert isinstance(resumed, SessionResumed), resumed
-        assert resumed.replayed_from == self.last_seq + 1
-        self.resumes.append(resumed)
-        if self.unconfirmed:
-            await conn.send(ToolResults(results=list(self.unconfirmed.values())))
-        return resumed
-
-    async def next(self) -> Outbound:
-        """The next event of the session (connection-level ones are checked, not returned)."""
-        assert self.conn is not None
-        while True:
-            event = await self.conn.recv()
-            if event.seq == 0:
-                raise AssertionError(f"unexpected connection-level event {event}")
-            assert event.seq == self.last_seq + 1, (event.seq, self.last_seq)
-            self.last_seq = event.seq
-            self.events.append(event)
-            if isinstance(event, ToolStatus):
-                self.unconfirmed.pop(event.call_id, None)
-            return event
-
-    async def close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()

@@ -1,6 +1,6 @@
-"""Every Python snippet of the README and of docs/client-sdk.md, saved as a file and run as
-a reader would, against a real gateway serving the demo agent: it must print what the page
-says it prints (the ```text block right after it)."""
+"""Every Python snippet of the README, of docs/client-sdk.md and of the SDK's docstring,
+saved as a file and run as a reader would, against a real gateway serving the demo agent:
+it must print what the text says it prints (the ```text block right after it)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from tests.support import serving
 
 ROOT = Path(__file__).parents[1]
-PAGES = ["README.md", "docs/client-sdk.md"]
+PAGES = ["README.md", "docs/client-sdk.md", "client_sdk/client.py"]
 DOCUMENTED_URL = "ws://127.0.0.1:8000/v1/realtime"
 # A python block, then (after some prose) the text block of what it prints.
 SNIPPET = re.compile(

@@ -1,19 +1,28 @@
-"""Lossless sessions over real sockets: resume, replay, takeover, expiry, gaps, ack."""
+"""The resume protocol over real sockets, at exact seq numbers: replay, open calls,
+takeover, refusals, expiry, gaps, ack.
+
+These speak the protocol with the raw connection and explicit ``session.resume`` frames;
+how a client survives drops (cursor, resending, backoff) is the shipped SDK's job, tested
+in test_sdk_resume.py, test_torture.py and test_cluster.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 import websockets
 
-from client_sdk import connect_raw
+from client_sdk import Connection, connect_raw
 from gateway.protocol import (
     Ack,
     Error,
+    Outbound,
     ResponseDone,
     SessionResume,
+    SessionResumed,
     SessionSnapshot,
     TextDelta,
     TextDone,
@@ -24,162 +33,140 @@ from gateway.protocol import (
     UserMessage,
 )
 from tests.data.tools import gate, reset_gates
-from tests.support import ResumingClient, serving
+from tests.support import Gateway, resuming, serving, session
 
 
 @pytest.fixture
-async def gateway():
+async def gateway() -> AsyncIterator[Gateway]:
     reset_gates()
     async with serving() as running:
         yield running
 
 
-async def until(client: ResumingClient, kind: type) -> list:
-    events = []
-    while True:
-        event = await client.next()
-        events.append(event)
-        if isinstance(event, kind):
-            return events
+async def cut(conn: Connection) -> None:
+    """Lose the socket the hard way (no close frame, as a phone does; a normal close would
+    end the session) and wait until it is gone."""
+    conn.websocket.transport.abort()
+    await asyncio.wait_for(conn.websocket.wait_closed(), 5)
 
 
-async def probe(url: str, client: ResumingClient, last_seq: int) -> tuple[object, object]:
-    """Resume from ``last_seq`` on a side socket, read two events, drop the socket
-    (a normal close would end the session)."""
-    async with connect_raw(url) as conn:
-        resume = SessionResume(
-            session_id=client.session_id, resume_token=client.token, last_seq=last_seq
-        )
-        await conn.send(resume)
-        first, second = await conn.recv(), await conn.recv()
-        conn.websocket.transport.abort()
-    return first, second
+async def until(conn: Connection, kind: type) -> list[Outbound]:
+    return await conn.recv_until(lambda e: isinstance(e, kind))
 
 
 async def test_resume_replays_what_was_missed_in_order_exactly_once(gateway):
-    client = ResumingClient(gateway.url)
-    await client.start()
-    await client.send(UserMessage(text="echo one two three four five"))
-    await client.next()  # response.created
-    await client.next()  # the first delta
-    await client.drop()
-    resumed = await client.resume()
-    assert resumed.last_seq >= client.last_seq
-    events = await until(client, ResponseDone)
-    await client.close()
-    deltas = [e.delta for e in client.events if isinstance(e, TextDelta)]
+    async with session(gateway.url) as (conn, created):
+        await conn.send(UserMessage(text="echo one two three four five"))
+        seen = [created, *await until(conn, TextDelta)]  # response.created, the first delta
+        await cut(conn)
+    async with resuming(gateway.url, created, seen[-1].seq) as (conn, resumed):
+        assert isinstance(resumed, SessionResumed)
+        assert resumed.replayed_from == seen[-1].seq + 1
+        assert resumed.last_seq >= seen[-1].seq
+        rest = await until(conn, ResponseDone)
+    events = seen + rest
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    deltas = [e.delta for e in events if isinstance(e, TextDelta)]
     assert "".join(deltas) == "one two three four five"
-    assert next(e for e in events if isinstance(e, TextDone)).text == "one two three four five"
-    assert [e.seq for e in client.events] == list(range(1, client.last_seq + 1))
+    assert next(e for e in rest if isinstance(e, TextDone)).text == "one two three four five"
 
 
 async def test_open_client_call_is_offered_again_and_its_result_applied_once(gateway):
-    client = ResumingClient(gateway.url)
-    await client.start()
-    await client.send(UserMessage(text="one"))
-    calls = (await until(client, ToolCalls))[-1]
-    call = calls.calls[0]
-    # The answer leaves just before the drop, and is sent again after the resume.
-    await client.send(
-        ToolResults(
+    async with session(gateway.url) as (conn, created):
+        await conn.send(UserMessage(text="one"))
+        before = await until(conn, ToolCalls)
+        calls = before[-1]
+        assert isinstance(calls, ToolCalls)
+        call = calls.calls[0]
+        result = ToolResults(
             results=[ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "x"})]
         )
-    )
-    await client.drop()
-    resumed = await client.resume()
-    events = await until(client, ResponseDone)
-    statuses = [e for e in client.events if isinstance(e, ToolStatus)]
-    await client.close()
-    assert [c.call_id for c in resumed.open_calls] in ([call.call_id], [])
-    assert [(s.status, s.duplicate) for s in statuses if not s.duplicate] == [("completed", False)]
-    texts = [e.text for e in client.events if isinstance(e, TextDone)]
+        await conn.send(result)  # it leaves just before the drop: it may or may not arrive
+        await cut(conn)
+    async with resuming(gateway.url, created, calls.seq) as (conn, resumed):
+        assert isinstance(resumed, SessionResumed)
+        assert [c.call_id for c in resumed.open_calls] in ([call.call_id], [])
+        await conn.send(result)  # sent again, unconfirmed: the gateway applies it once
+        after = await until(conn, ResponseDone)
+    statuses = [(e.status, e.duplicate) for e in after if isinstance(e, ToolStatus)]
+    assert [s for s in statuses if not s[1]] == [("completed", False)]
+    texts = [e.text for e in before + after if isinstance(e, TextDone)]
     assert texts == ["calling A", "A=x"]
-    assert isinstance(events[-1], ResponseDone)
 
 
 async def test_call_opened_while_away_is_in_open_calls(gateway):
-    client = ResumingClient(gateway.url)
-    await client.start()
-    await client.send(UserMessage(text="order 7"))
-    await until(client, ResponseDone)
-    await client.drop()
+    async with session(gateway.url) as (conn, created):
+        await conn.send(UserMessage(text="order 7"))
+        done = (await until(conn, ResponseDone))[-1]
+        await cut(conn)
     # While the client is away the async result arrives and a response runs.
     gate("order:7").set()
-    resumed = await client.resume()
-    events = await until(client, ResponseDone)
-    await client.close()
+    async with resuming(gateway.url, created, done.seq) as (conn, resumed):
+        events = await until(conn, ResponseDone)
+    assert isinstance(resumed, SessionResumed)
     assert resumed.open_calls == []
+    assert events[0].seq == done.seq + 1
     assert [e.status for e in events if isinstance(e, ToolStatus)] == ["completed"]
     assert [e.text for e in events if isinstance(e, TextDone)] == ["order 7 is shipped"]
+
+
+async def refused_with(url: str, resume: SessionResume) -> int:
+    """The close code a socket gets for ``resume``."""
+    async with connect_raw(url) as conn:
+        await conn.send(resume)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await conn.recv()
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
 
 
 async def test_wrong_token_unknown_and_expired_sessions_are_refused():
     reset_gates()
     async with serving(session_ttl=0.2) as gateway:
-        client = ResumingClient(gateway.url)
-        created = await client.start()
-        await client.drop()
-        for resume, code in [
-            (SessionResume(session_id=created.session_id, resume_token="nope", last_seq=0), 4001),
-            (SessionResume(session_id="sess_unknown", resume_token="x", last_seq=0), 4004),
-        ]:
-            async with connect_raw(gateway.url) as conn:
-                await conn.send(resume)
-                with pytest.raises(websockets.ConnectionClosed) as closed:
-                    await conn.recv()
-                assert closed.value.rcvd is not None
-                assert closed.value.rcvd.code == code
+        async with session(gateway.url) as (conn, created):
+            await cut(conn)
+        wrong_token = SessionResume(session_id=created.session_id, resume_token="no", last_seq=0)
+        assert await refused_with(gateway.url, wrong_token) == 4001
+        unknown = SessionResume(session_id="sess_unknown", resume_token="x", last_seq=0)
+        assert await refused_with(gateway.url, unknown) == 4004
         await asyncio.wait_for(gateway.runtime.idle.wait(), 5)  # the ttl ran out
-        async with connect_raw(gateway.url) as conn:
-            await conn.send(
-                SessionResume(
-                    session_id=created.session_id, resume_token=created.resume_token, last_seq=0
-                )
-            )
-            with pytest.raises(websockets.ConnectionClosed) as closed:
-                await conn.recv()
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == 4008
+        right = SessionResume(
+            session_id=created.session_id, resume_token=created.resume_token, last_seq=0
+        )
+        assert await refused_with(gateway.url, right) == 4008
 
 
 async def test_resume_while_the_old_socket_is_open_takes_the_session_over(gateway):
-    client = ResumingClient(gateway.url)
-    await client.start()
-    old = client.conn
-    assert old is not None
-    await client.resume()
-    with pytest.raises(websockets.ConnectionClosed) as closed:
-        await old.recv()
+    async with session(gateway.url) as (old, created):
+        async with resuming(gateway.url, created, created.seq) as (conn, resumed):
+            assert isinstance(resumed, SessionResumed)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await old.recv()
+            await conn.send(UserMessage(text="echo still mine"))
+            events = await until(conn, ResponseDone)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4009
-    await client.send(UserMessage(text="echo still mine"))
-    events = await until(client, ResponseDone)
-    await client.close()
+    assert events[0].seq == created.seq + 1
     assert [e.text for e in events if isinstance(e, TextDone)] == ["still mine"]
 
 
 async def test_gap_gets_resume_gap_and_a_snapshot_to_rebuild_from():
     async with serving(replay_max_events=3) as gateway:
-        client = ResumingClient(gateway.url)
-        await client.start()
-        await client.send(UserMessage(text="echo a b c d e f"))
-        await until(client, ResponseDone)
-        await client.send(UserMessage(text="one"))
-        await until(client, ToolCalls)
-        await client.drop()
-        async with connect_raw(gateway.url) as conn:
-            await conn.send(
-                SessionResume(session_id=client.session_id, resume_token=client.token, last_seq=1)
-            )
-            error, snapshot = await conn.recv(), await conn.recv()
+        async with session(gateway.url) as (conn, created):
+            await conn.send(UserMessage(text="echo a b c d e f"))
+            await until(conn, ResponseDone)
+            await conn.send(UserMessage(text="one"))
+            last = (await until(conn, ToolCalls))[-1]
+            await cut(conn)
+        async with resuming(gateway.url, created, created.seq) as (conn, error):
+            snapshot = await conn.recv()
             assert isinstance(snapshot, SessionSnapshot)
             call = snapshot.open_calls[0]
             result = ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "z"})
             await conn.send(ToolResults(results=[result]))
-            live = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+            live = await until(conn, ResponseDone)
     assert isinstance(error, Error)
     assert (error.code, error.seq) == ("resume_gap", 0)
-    assert isinstance(snapshot, SessionSnapshot)
     assert [(t.role, t.text) for t in snapshot.transcript] == [
         ("user", "echo a b c d e f"),
         ("assistant", "a b c d e f"),
@@ -187,26 +174,27 @@ async def test_gap_gets_resume_gap_and_a_snapshot_to_rebuild_from():
         ("assistant", "calling A"),
     ]
     assert [c.tool for c in snapshot.open_calls] == ["device_a"]
-    assert snapshot.last_seq == client.last_seq
+    assert snapshot.last_seq == last.seq
     assert live[0].seq == snapshot.last_seq + 1
     assert [e.text for e in live if isinstance(e, TextDone)] == ["A=z"]
 
 
 async def test_ack_lets_the_server_forget_acknowledged_events(gateway):
-    client = ResumingClient(gateway.url)
-    await client.start()
-    await client.send(UserMessage(text="echo to be acked"))
-    await until(client, ResponseDone)
-    await client.send(Ack(seq=client.last_seq))
-    await client.send(UserMessage(text="echo after ack"))
-    await until(client, ResponseDone)
-    await client.drop()
-    error, _ = await probe(gateway.url, client, last_seq=1)
-    assert isinstance(error, Error)
-    assert error.code == "resume_gap"
-    resumed = await client.resume()  # from its real cursor: nothing missing
-    await client.close()
-    assert resumed.replayed_from == resumed.last_seq + 1
+    async with session(gateway.url) as (conn, created):
+        await conn.send(UserMessage(text="echo to be acked"))
+        acked = (await until(conn, ResponseDone))[-1]
+        await conn.send(Ack(seq=acked.seq))
+        await conn.send(UserMessage(text="echo after ack"))
+        last = (await until(conn, ResponseDone))[-1]
+        await cut(conn)
+    async with resuming(gateway.url, created, created.seq) as (conn, error):
+        assert isinstance(error, Error)
+        assert error.code == "resume_gap"  # the acknowledged events are gone
+        await cut(conn)
+    async with resuming(gateway.url, created, last.seq) as (conn, resumed):
+        assert isinstance(resumed, SessionResumed)  # from the real cursor: nothing missing
+        assert resumed.replayed_from == resumed.last_seq + 1 == last.seq + 1
+        await cut(conn)
 
 
 async def test_a_client_that_never_reads_is_cut_with_1013_and_memory_stays_bounded(tmp_path):

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-import client_sdk.client
+import client_sdk.resume
 from client_sdk import SessionClosed, connect
+from gateway.errors import CloseCode
 from gateway.protocol import (
     Error,
     Outbound,
@@ -74,7 +75,7 @@ async def test_a_resume_answered_badly_or_not_at_all_drops_its_socket_and_retrie
     proxy, monkeypatch, mode
 ):
     # "mute": the answer never comes (TimeoutError); "garble": it is not JSON (DecodeError).
-    monkeypatch.setattr(client_sdk.client, "RESUME_ANSWER_TIMEOUT", 0.3)
+    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
     async with connect(proxy.url()) as conv:
         await conv.start()
         resumed = conv.events()
@@ -111,7 +112,7 @@ async def test_a_sdk_task_cancelled_reports_nothing_and_close_leaves_none(gatewa
 
 
 async def test_a_session_update_lost_in_a_drop_is_sent_again(proxy, monkeypatch):
-    monkeypatch.setattr(client_sdk.client, "RESUME_ANSWER_TIMEOUT", 0.3)
+    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
     async with connect(proxy.url()) as conv:
         await conv.start()
         events = conv.events()
@@ -138,7 +139,7 @@ async def test_unconfirmed_results_are_resent_in_batches_the_gateway_accepts(pro
         # 200 results the gateway never confirmed (here: of calls it does not know).
         for i in range(200):
             call_id = f"call_unknown_{i}"
-            conv._unconfirmed[call_id] = ToolResult(call_id=call_id, tool="device_a", output={})
+            conv._outbox.results[call_id] = ToolResult(call_id=call_id, tool="device_a", output={})
         proxy.drop()
         await next_of(events, SessionResumed)
         errors: list[Error] = []
@@ -169,3 +170,34 @@ async def test_close_ends_pending_iterators_with_session_closed(gateway):
     with pytest.raises(SessionClosed) as closed:
         await asyncio.wait_for(waiting, 5)
     assert closed.value.closed_with == 1000
+
+
+async def test_a_text_frame_that_is_not_utf8_closes_1007_and_the_sdk_resumes(gateway):
+    async with connect(gateway.url) as conv:
+        created = await conv.start()
+        events = conv.events()
+        first = conv._ws
+        assert first is not None
+        # What a broken encoder would send: the gateway's server library closes with 1007.
+        await first.send(b'{"type": "ping", "id": "\xff"}', text=True)
+        await next_of(events, SessionResumed)
+        text = "".join([d async for d in conv.say("echo still here")])
+        assert conv.session is not None
+        assert conv.session.session_id == created.session_id
+    assert first.close_code == CloseCode.INVALID_DATA
+    assert conv.reconnects == 1
+    assert text == "still here"
+
+
+async def test_a_session_resume_the_gateway_refuses_as_invalid_ends_with_1008(proxy):
+    async with connect(proxy.url()) as conv:
+        await conv.start()
+        events = conv.events()
+        conv.last_seq = -1  # a bug's cursor: the session.resume does not validate
+        proxy.drop()
+        with pytest.raises(SessionClosed) as closed:
+            await next_of(events, SessionResumed)
+    # Not retried: the same message would be refused again.
+    assert closed.value.closed_with == CloseCode.POLICY
+    assert "last_seq" in closed.value.reason
+    assert proxy.accepted == 2
