@@ -22,6 +22,7 @@ from gateway.config import Config, from_env
 from gateway.errors import ConfigError
 from gateway.logging import configure_logging
 from gateway.protocol import protocol_schema
+from gateway.providers.failure import display_url
 from gateway.providers.http import HttpProvider
 from gateway.server import fit_open_file_limit, protocols
 
@@ -131,7 +132,7 @@ def _serving(runtime: Runtime, config: Config) -> dict[str, str | None]:
         "agent_file": config.agent or "demo",
         "provider": provider.name,
         "model": http.model if http else None,
-        "base_url": http.base_url if http else None,
+        "base_url": display_url(http.base_url) if http else None,  # no key in a query
     }
 
 
