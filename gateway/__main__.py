@@ -150,6 +150,13 @@ class GatewayServer(uvicorn.Server):
         self._grace = grace
         self._draining: asyncio.Task[None] | None = None
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Which loop ``--loop auto`` gave: uvloop where installed (measured faster, see
+        # docs/performance.md), else asyncio's own.
+        loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+        structlog.get_logger("gateway").info("event_loop_chosen", loop=loop)
+        await super().startup(sockets)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining is not None:
             super().handle_exit(sig, frame)  # second signal: stop now
@@ -182,6 +189,7 @@ def build_server(config: Config, app: Any) -> GatewayServer:
         port=config.port,
         http=http,
         ws=ws,
+        loop=config.loop,
         ws_max_size=config.ws_max_size,
         ws_ping_interval=config.ws_ping_interval,
         ws_ping_timeout=config.ws_ping_timeout,

@@ -72,6 +72,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     scripted_pace: float | None = None
     """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    """The event loop ``gateway serve`` runs on: ``auto`` is uvloop where it is installed
+    (a dependency on Linux and macOS), else asyncio's own."""
     no_auth: bool = False
     """Serve callers without a credential (as ``anonymous``): local development only. The
     gateway refuses to start with it on a host that is not loopback. Credentials

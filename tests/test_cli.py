@@ -84,12 +84,15 @@ async def test_serve_runs_the_demo_and_logs_json_with_ids():
     assert not [line for line in lines if "forged.token.value" in json.dumps(line)]
 
 
-async def test_startup_line_names_the_model_provider_and_base_url():
+@pytest.mark.parametrize(("loop", "chosen"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+async def test_startup_line_names_the_model_provider_and_base_url(loop, chosen):
     proc = await asyncio.create_subprocess_exec(
         *GATEWAY,
         "serve",
         "--port",
         "0",
+        "--loop",
+        loop,
         "--model",
         "openai:some-model",
         "--base-url",
@@ -113,6 +116,8 @@ async def test_startup_line_names_the_model_provider_and_base_url():
     assert starting["provider"] == "openai"
     assert starting["model"] == "some-model"
     assert starting["base_url"] == "http://127.0.0.1:9/v1"
+    # uvloop is a dependency on Linux: the default serves on it.
+    assert next(line for line in lines if line["event"] == "event_loop_chosen")["loop"] == chosen
     assert "sk-secret-key" not in json.dumps(lines)
     # No API key on a loopback host: served as under --no-auth, and said loudly.
     disabled = next(line for line in lines if line["event"] == "auth_disabled")
