@@ -9,7 +9,7 @@ PORT ?= 8000
 APT_LOG := $(VENV)/apt.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test check fmt schema clean system-packages
+.PHONY: run test check fmt schema clean system-packages bench bench-quick
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,5 +65,27 @@ fmt: $(STAMP)
 schema: $(STAMP)
 	$(BIN)/gateway schema --output client_sdk/js/protocol.schema.json
 
+# The side-by-side benchmark (docs/performance.md): the shared harness (SHARED_BENCH,
+# ../shared/bench by default) copied into the git-ignored .bench/ with its own venv and this
+# project installed, run against the gateway and the bare stack under it. Results land in
+# .bench/results/ (out of git). bench-quick is a smoke run of about two minutes, at sizes the
+# harness's gateway agent answers (fan-out 5,000 or 100,000 words, streams of 200/400/600).
+SHARED_BENCH ?= ../shared/bench
+BENCH_ONLY := gateway,starlette-sansio/msgspec
+
+.bench/.installed: $(STAMP)
+	@test -f $(SHARED_BENCH)/run_all.py || { echo "no harness at $(SHARED_BENCH): make bench SHARED_BENCH=..."; exit 1; }
+	rm -rf .bench && cp -r $(SHARED_BENCH) .bench
+	$(PYTHON) -m venv .bench/.venv
+	.bench/.venv/bin/pip install --quiet -r .bench/requirements.txt -e .
+	touch $@
+
+bench: .bench/.installed
+	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 2 --sizes 10000 --streams-c 1000,2000
+
+bench-quick: .bench/.installed
+	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 1 --fanout-n 5000 \
+		--rtt-n 2000 --sizes 200,1000 --streams-c 200 --duration 10
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aimock
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aimock .bench
