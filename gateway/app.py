@@ -29,7 +29,7 @@ from gateway.auth import Authenticator
 from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
-from gateway.connection import Abort, Connection, Socket
+from gateway.connection import Abort, Connection, SendFrames, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
@@ -177,7 +177,9 @@ class Runtime:
             return "store_not_answering"
         return None
 
-    def connection(self, socket: Socket, *, abort: Abort | None = None) -> Connection:
+    def connection(
+        self, socket: Socket, *, abort: Abort | None = None, send_frames: SendFrames | None = None
+    ) -> Connection:
         """Wrap a socket with this gateway's outbound bounds and timeouts.
 
         ``abort`` drops the socket's connection at once (the server puts it in the ASGI
@@ -190,6 +192,7 @@ class Runtime:
             send_timeout=self.config.send_timeout,
             close_timeout=self.config.ws_close_timeout,
             abort=abort,
+            send_frames=send_frames,
         )
 
     async def start_session(self, principal: str | Principal = "anonymous") -> Driver:

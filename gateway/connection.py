@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
@@ -26,7 +26,14 @@ from gateway.inbox import Inbox
 from gateway.outqueue import OutboundQueue
 from gateway.protocol import Pong, ServerMsg
 
-__all__ = ["ABORT_SCOPE_KEY", "Abort", "Connection", "Socket"]
+__all__ = [
+    "ABORT_SCOPE_KEY",
+    "SEND_FRAMES_SCOPE_KEY",
+    "Abort",
+    "Connection",
+    "SendFrames",
+    "Socket",
+]
 
 log = structlog.get_logger("gateway.connection")
 
@@ -35,6 +42,17 @@ Abort = Callable[[], None]
 
 ABORT_SCOPE_KEY = "gateway.abort"
 """ASGI scope key under which the gateway's server puts an ``Abort`` for the WebSocket."""
+
+SendFrames = Callable[[list[bytes]], Awaitable[None]]
+"""Sends text frames, each already UTF-8 JSON, in one write to the socket."""
+
+SEND_FRAMES_SCOPE_KEY = "gateway.send_frames"
+"""ASGI scope key under which the gateway's server puts a ``SendFrames`` for the WebSocket:
+the writer then hands it every event that is ready at once, instead of one ASGI message
+(a ``str``, encoded again) and one socket write per event."""
+
+_BATCH_BYTES = 64 * 2**10
+"""At most this many bytes of events go in one write (a long replay goes in several)."""
 
 _NOT_READING = "client not reading: resume to get the rest"
 
@@ -59,8 +77,10 @@ class Connection:
         send_timeout: float | None = None,
         close_timeout: float = 5.0,
         abort: Abort | None = None,
+        send_frames: SendFrames | None = None,
     ) -> None:
         self._socket = socket
+        self._send_frames = send_frames
         self._send_timeout = send_timeout
         self._close_timeout = close_timeout
         self._abort = abort
@@ -155,7 +175,10 @@ class Connection:
                             self._watchdog = self._loop.call_later(
                                 self._send_timeout, self._check_sends
                             )
-                        await self._socket.send_text(data.decode())
+                        if self._send_frames is None:
+                            await self._socket.send_text(data.decode())
+                        else:
+                            await self._send_frames(self._batch(data))
                 finally:
                     self._sending_since = None
                 if self._closing is not None:
@@ -203,6 +226,14 @@ class Connection:
 
     def _next(self) -> bytes | None:
         return self._replay.popleft() if self._replay else self._queue.pop()
+
+    def _batch(self, first: bytes) -> list[bytes]:
+        """``first`` and the events ready after it, up to ``_BATCH_BYTES``: one write."""
+        batch, size = [first], len(first)
+        while size < _BATCH_BYTES and (data := self._next()) is not None:
+            batch.append(data)
+            size += len(data)
+        return batch
 
     async def _close_socket(self) -> None:
         assert self._closing is not None

@@ -16,7 +16,9 @@ with 1011 (our bug, for a peer's fault). The subclasses here change exactly that
   the same bound.
 - A keepalive ping left unanswered closes with 1013 ("no pong in time"), not 1011.
 - The ASGI scope of each WebSocket carries an ``Abort`` under ``ABORT_SCOPE_KEY`` (see
-  ``gateway.connection``), so the app can drop a connection that does not read.
+  ``gateway.connection``), so the app can drop a connection that does not read, and a
+  ``SendFrames`` under ``SEND_FRAMES_SCOPE_KEY``, so it can write every ready event in one
+  go, as the UTF-8 bytes it encoded.
 
 This module and ``__main__`` are the only ones that import uvicorn.
 """
@@ -32,12 +34,13 @@ from typing import Any, ClassVar
 import structlog
 from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
 from websockets.http11 import Request
 
 from gateway.config import Config
-from gateway.connection import ABORT_SCOPE_KEY
+from gateway.connection import ABORT_SCOPE_KEY, SEND_FRAMES_SCOPE_KEY
 from gateway.errors import CloseCode
 
 __all__ = ["GatewayHttpProtocol", "GatewayWebSocketProtocol", "fit_open_file_limit", "protocols"]
@@ -149,6 +152,7 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.response.status_code == 101:
             # The app task has been created, not started: it sees this key.
             self.scope[ABORT_SCOPE_KEY] = self.abort  # type: ignore[literal-required]
+            self.scope[SEND_FRAMES_SCOPE_KEY] = self.send_frames  # type: ignore[literal-required]
         self._bound_closing()
 
     def data_received(self, data: bytes) -> None:
@@ -176,6 +180,23 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
                 self._close(message.get("code", 1000), message.get("reason") or "")
                 return
         await super().send(message)
+        self._bound_closing()
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        """Send text frames (UTF-8 already) in one write: what ``send`` does for one
+        ``websocket.send``, without decoding each to ``str`` and encoding it again.
+        Waits while the transport's buffer is full, as ``send`` does."""
+        await self.writable.wait()
+        if self.disconnected:
+            raise ClientDisconnected()
+        if self.close_sent or not self.handshake_complete:
+            return  # as uvicorn does with a send after the close: dropped
+        try:
+            for data in frames:
+                self.conn.send_text(data)
+        except InvalidState:
+            raise ClientDisconnected() from None
+        self.transport.write(b"".join(self.conn.data_to_send()))
         self._bound_closing()
 
     def keepalive_timeout(self) -> None:

@@ -24,7 +24,7 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketState
 
 from gateway.auth import AuthError
-from gateway.connection import ABORT_SCOPE_KEY, Connection
+from gateway.connection import ABORT_SCOPE_KEY, SEND_FRAMES_SCOPE_KEY, Connection
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.inbox import Inbox
 from gateway.principal import Principal
@@ -109,7 +109,11 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
     offered = websocket.scope.get("subprotocols") or []
     # Never the token subprotocol: the chosen one is echoed back in the response.
     await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
-    conn = runtime.connection(websocket, abort=websocket.scope.get(ABORT_SCOPE_KEY))
+    conn = runtime.connection(
+        websocket,
+        abort=websocket.scope.get(ABORT_SCOPE_KEY),
+        send_frames=websocket.scope.get(SEND_FRAMES_SCOPE_KEY),
+    )
     reader = _Reader(
         websocket,
         conn,
