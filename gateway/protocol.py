@@ -445,7 +445,7 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
     if not isinstance(raw, dict):
         return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
     msg_id = raw.get("id")
-    in_reply_to = msg_id if isinstance(msg_id, str) and len(msg_id) <= 128 else None
+    in_reply_to = _usable_id(msg_id)
     msg_type = raw.get("type")
     if not isinstance(msg_type, str):
         return DecodeFailure(
@@ -474,12 +474,16 @@ _LONE_SURROGATE = (
 )
 
 
+def _usable_id(msg_id: Any) -> str | None:
+    """A frame's ``id`` as an error's ``in_reply_to``: a string of 128 characters at most."""
+    return msg_id if isinstance(msg_id, str) and len(msg_id) <= 128 else None
+
+
 def _readable_id(msg_id: Any) -> str | None:
     """The id to answer, unless it held a blanked-out surrogate: never echo an id the
     client did not send."""
-    if isinstance(msg_id, str) and len(msg_id) <= 128 and "\ufffd" not in msg_id:
-        return msg_id
-    return None
+    usable = _usable_id(msg_id)
+    return usable if usable is not None and "\ufffd" not in usable else None
 
 
 def _unreadable(data: bytes | str, exc: msgspec.DecodeError) -> DecodeFailure:
