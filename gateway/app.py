@@ -29,7 +29,7 @@ from gateway.auth import Authenticator
 from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.body import BodyTooLarge, body_too_large, read_body
 from gateway.config import Config
-from gateway.connection import Abort, Connection, SendFrames, Socket
+from gateway.connection import Abort, Connection, FrameWriter, Socket
 from gateway.driver import Driver
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
@@ -178,7 +178,11 @@ class Runtime:
         return None
 
     def connection(
-        self, socket: Socket, *, abort: Abort | None = None, send_frames: SendFrames | None = None
+        self,
+        socket: Socket,
+        *,
+        abort: Abort | None = None,
+        frame_writer: FrameWriter | None = None,
     ) -> Connection:
         """Wrap a socket with this gateway's outbound bounds and timeouts.
 
@@ -192,7 +196,7 @@ class Runtime:
             send_timeout=self.config.send_timeout,
             close_timeout=self.config.ws_close_timeout,
             abort=abort,
-            send_frames=send_frames,
+            frame_writer=frame_writer,
         )
 
     async def start_session(self, principal: str | Principal = "anonymous") -> Driver:

@@ -149,6 +149,8 @@ class Ledger:
         return list(self._open.values())
 
     def next_deadline(self) -> float | None:
+        if not self._open:  # asked before every event the session takes: mostly none open
+            return None
         return min((call.deadline for call in self.open_calls()), default=None)
 
     def due(self, now: float) -> list[Call]:

@@ -1,11 +1,19 @@
-"""One client socket of a session: a bounded outbound queue drained by a writer task.
+"""One client socket of a session: a bounded outbound queue, written without a task.
 
 A session outlives its sockets; a ``Connection`` is one of them. The driver
 pushes encoded events with ``send`` (never blocking: a slow client makes the
 queue merge deltas, then closes with 1013); ``close`` ends the socket, after
 flushing what is queued or at once.
 
-A client that stops reading stalls the writer: once one send has waited
+Writing: the events queued while the loop runs one round go out together, in one
+socket write, from one callback (``loop.call_soon``) at the end of that round, as long
+as the socket takes them at once (the gateway's server gives each WebSocket a
+``FrameWriter`` for that, see ``gateway.server``). Only when the socket pushes back (the
+transport's buffer is full) does a writer task start, to wait for it; it ends once the
+queue is empty. So an event costs no task switch on its way out, and an idle socket
+holds no task.
+
+A client that stops reading stalls the writer: once one write has waited
 ``send_timeout`` seconds the socket is closed with 1013, and if even the close
 cannot be handed over within ``close_timeout`` the connection is aborted (the
 server's own close timer aborts it too when the close frame is never answered).
@@ -16,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
@@ -28,10 +36,10 @@ from gateway.protocol import Pong, ServerMsg
 
 __all__ = [
     "ABORT_SCOPE_KEY",
-    "SEND_FRAMES_SCOPE_KEY",
+    "FRAME_WRITER_SCOPE_KEY",
     "Abort",
     "Connection",
-    "SendFrames",
+    "FrameWriter",
     "Socket",
 ]
 
@@ -43,13 +51,22 @@ Abort = Callable[[], None]
 ABORT_SCOPE_KEY = "gateway.abort"
 """ASGI scope key under which the gateway's server puts an ``Abort`` for the WebSocket."""
 
-SendFrames = Callable[[list[bytes]], Awaitable[None]]
-"""Sends text frames, each already UTF-8 JSON, in one write to the socket."""
 
-SEND_FRAMES_SCOPE_KEY = "gateway.send_frames"
-"""ASGI scope key under which the gateway's server puts a ``SendFrames`` for the WebSocket:
-the writer then hands it every event that is ready at once, instead of one ASGI message
-(a ``str``, encoded again) and one socket write per event."""
+class FrameWriter(Protocol):
+    """Writes text frames, each already UTF-8 JSON, in one write to the socket: what the
+    gateway's server offers besides ASGI's one ``websocket.send`` (a ``str``, encoded
+    again) per event. Both methods raise once the peer is gone."""
+
+    def write_now(self, frames: list[bytes]) -> bool:
+        """Write ``frames`` now, unless the socket's buffer is full: then write nothing
+        and return ``False``."""
+
+    async def write(self, frames: list[bytes]) -> None:
+        """Write ``frames``, first waiting while the socket's buffer is full."""
+
+
+FRAME_WRITER_SCOPE_KEY = "gateway.frame_writer"
+"""ASGI scope key under which the gateway's server puts a ``FrameWriter`` for the WebSocket."""
 
 _BATCH_BYTES = 64 * 2**10
 """At most this many bytes of events go in one write (a long replay goes in several)."""
@@ -77,17 +94,20 @@ class Connection:
         send_timeout: float | None = None,
         close_timeout: float = 5.0,
         abort: Abort | None = None,
-        send_frames: SendFrames | None = None,
+        frame_writer: FrameWriter | None = None,
     ) -> None:
         self._socket = socket
-        self._send_frames = send_frames
+        self._frames = frame_writer
         self._send_timeout = send_timeout
         self._close_timeout = close_timeout
         self._abort = abort
         self._queue = OutboundQueue(soft_size=soft_size, hard_size=hard_size)
         self._replay: deque[bytes] = deque()
-        self._ready = asyncio.Event()
         self._closing: tuple[int, str] | None = None
+        self._flushing = False
+        """The close waits for what is queued to go out first."""
+        self._gone = False
+        """A write failed: the peer is gone, nothing more is written."""
         self.done = asyncio.Event()
         """Set once the socket is closed (or given up on)."""
         self.close_requested = asyncio.Event()
@@ -99,11 +119,15 @@ class Connection:
         """Frames read from this socket, not yet handed to its session (set by the
         transport's reader; probes and tests read its size)."""
         self._loop = asyncio.get_running_loop()
+        self._write_scheduled = False
+        """A ``_write_soon`` callback is due."""
+        self._writer: asyncio.Task[None] | None = None
+        """Writes while the socket pushes back (or without a ``FrameWriter``), until the
+        queue is empty: it takes what is queued meanwhile by itself."""
         self._sending_since: float | None = None
-        """When the send under way started (loop time), if one is."""
+        """When the write under way in the writer task started (loop time), if one is."""
         self._watchdog: asyncio.TimerHandle | None = None
         self._send_stalled = False
-        self._writer = asyncio.create_task(self._write_loop(), name="gateway:writer")
         self._closer: asyncio.Task[None] | None = None
 
     @property
@@ -115,16 +139,24 @@ class Connection:
         return self._queue.merged
 
     def send(self, msg: ServerMsg | None, data: bytes) -> None:
-        """Queue an event; never blocks. Over the hard bound the socket closes with 1013."""
-        if self._closing is not None:
-            return
+        """Queue an event, written at the end of this round of the event loop with the
+        others queued meanwhile; never blocks. Over the hard bound the socket closes with
+        1013."""
+        if self.queue(msg, data):
+            self._kick()
+
+    def queue(self, msg: ServerMsg | None, data: bytes) -> bool:
+        """``send`` without the write: the caller calls ``flush`` once it queued all it
+        has. ``False`` when the event was dropped (the socket is closing)."""
+        if self._closing is not None or self._gone:
+            return False
         if type(msg) is Pong and self.pongs_owed:
             self.pongs_owed -= 1
         if not self._queue.push(msg, data):
             log.warning("client_too_slow", queued_size=self._queue.size, merged=self._queue.merged)
             self.close(1013, "client too slow: resume to get the rest")
-            return
-        self._ready.set()
+            return False
+        return True
 
     def replay(self, data: bytes) -> None:
         """Queue a replayed (or connection-level) event ahead of live ones.
@@ -132,9 +164,9 @@ class Connection:
         Replayed events are the log's own bytes, already bounded by the log, so they
         do not count against the outbound bounds: a long replay cannot overflow.
         """
-        if self._closing is None:
+        if self._closing is None and not self._gone:
             self._replay.append(data)
-            self._ready.set()
+            self._kick()
 
     def close(self, code: int, reason: str = "", *, flush: bool = False) -> None:
         """Close the socket: after what is queued (``flush``) or at once."""
@@ -144,66 +176,118 @@ class Connection:
         self.close_code = code
         self.close_requested.set()
         if flush:
-            self._ready.set()  # the writer drains the queue, then closes
+            self._flushing = True
+            self._kick()  # what is queued goes out, then the close
             return
         self._queue.clear()
         self._replay.clear()
-        self._writer.cancel()
-        self._closer = asyncio.create_task(self._close_socket(), name="gateway:closer")
+        if self._writer is not None:
+            self._writer.cancel()
+        self._start_closer()
 
     async def aclose(self) -> None:
         """Stop the tasks; for when the socket is gone already."""
+        self._gone = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        for task in (self._writer, self._closer):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in (self._writer, self._closer) if t is not None), return_exceptions=True
-        )
+        tasks = [t for t in (self._writer, self._closer) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.done.set()
 
-    async def _write_loop(self) -> None:
+    # ----------------------------------------------------------------- writing
+
+    def _kick(self) -> None:
+        """Something is queued (or a flushed close is asked for): get it written."""
+        if self._writer is None and not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._write_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is queued now, in one go, if the socket takes it without waiting
+        (else a writer task waits for it)."""
+        if self._writer is not None or self._gone or self._closer is not None:
+            return
+        if self._frames is None:
+            self._start_writer(None)
+            return
         try:
-            while True:
-                await self._ready.wait()
-                self._ready.clear()
-                try:
-                    while (data := self._next()) is not None:
-                        self._sending_since = self._loop.time()
-                        if self._watchdog is None and self._send_timeout is not None:
-                            self._watchdog = self._loop.call_later(
-                                self._send_timeout, self._check_sends
-                            )
-                        if self._send_frames is None:
-                            await self._socket.send_text(data.decode())
-                        else:
-                            await self._send_frames(self._batch(data))
-                finally:
-                    self._sending_since = None
-                if self._closing is not None:
-                    break
+            while (data := self._next()) is not None:
+                batch = self._batch(data)
+                if not self._frames.write_now(batch):
+                    self._start_writer(batch)  # the socket pushes back: wait for it
+                    return
+        except Exception as exc:  # whatever the socket raises once the peer is gone
+            self._failed(exc)
+            return
+        if self._flushing:
+            self._start_closer()
+
+    def _start_writer(self, batch: list[bytes] | None) -> None:
+        self._writer = asyncio.create_task(self._write_loop(batch), name="gateway:writer")
+
+    async def _write_loop(self, batch: list[bytes] | None) -> None:
+        """Write ``batch`` and what gets queued meanwhile, then end (once the queue is
+        empty, the next event goes out from ``_write_soon`` again)."""
+        try:
+            try:
+                while True:
+                    if batch is None:
+                        data = self._next()
+                        if data is None:
+                            break
+                        batch = self._batch(data)
+                    self._sending_since = self._loop.time()
+                    if self._watchdog is None and self._send_timeout is not None:
+                        self._watchdog = self._loop.call_later(
+                            self._send_timeout, self._check_sends
+                        )
+                    if self._frames is not None:
+                        await self._frames.write(batch)
+                    else:
+                        for frame in batch:
+                            await self._socket.send_text(frame.decode())
+                    batch = None
+            finally:
+                self._sending_since = None
         except asyncio.CancelledError:
             if not self._send_stalled:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own doing
+            self._writer = None
             self._stalled()
-        except Exception as exc:  # whatever the socket raises once the peer is gone
-            log.debug("send_failed", error=type(exc).__name__)
-            self.done.set()  # the receive loop notices the disconnect too
+            self._start_closer()
             return
-        await self._close_socket()
+        except Exception as exc:
+            self._writer = None
+            self._failed(exc)
+            return
+        self._writer = None
+        if self._flushing:
+            self._start_closer()
+
+    def _failed(self, exc: Exception) -> None:
+        log.debug("send_failed", error=type(exc).__name__)
+        self._gone = True
+        self._queue.clear()
+        self._replay.clear()
+        self.done.set()  # the receive loop notices the disconnect too
 
     def _check_sends(self) -> None:
-        """The stall watchdog: cut a send that has waited ``send_timeout``.
+        """The stall watchdog: cut a write that has waited ``send_timeout``.
 
-        One timer per busy socket, armed by the first send and re-armed while sends go on
-        (not one per send: the writer is on the path of every delta); an idle socket has
-        none.
+        One timer per pushed-back socket, armed by the writer task's first write and
+        re-armed while writes go on (not one per write); a socket that takes what it is
+        sent has none.
         """
         self._watchdog = None
         since = self._sending_since
-        if since is None or self._send_timeout is None:
+        if since is None or self._send_timeout is None or self._writer is None:
             return
         stalled_for = self._loop.time() - since
         if stalled_for < self._send_timeout:
@@ -215,7 +299,7 @@ class Connection:
         self._writer.cancel()
 
     def _stalled(self) -> None:
-        """A send waited ``send_timeout``: the client stopped reading; close with 1013."""
+        """A write waited ``send_timeout``: the client stopped reading; close with 1013."""
         log.warning("client_not_reading", send_timeout=self._send_timeout, queued=self._queue.size)
         if self._closing is None:
             self._closing = (CloseCode.TRY_AGAIN, _NOT_READING)
@@ -234,6 +318,12 @@ class Connection:
             batch.append(data)
             size += len(data)
         return batch
+
+    # ----------------------------------------------------------------- closing
+
+    def _start_closer(self) -> None:
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close_socket(), name="gateway:closer")
 
     async def _close_socket(self) -> None:
         assert self._closing is not None

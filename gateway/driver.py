@@ -16,6 +16,14 @@ then are they carried out (events sent, models and tools started). While a commi
 in flight new events queue up and go in the next one, so a fast stream costs one
 store round trip per batch, not per delta.
 
+The path of a text delta is kept short: while the loop has nothing to do (it waits on
+an empty queue), the model's reader applies a text event to the core itself, in order,
+and the commit and the socket write happen once per round of the event loop, from a
+callback (``_flush_now``), for all the deltas of that round. A client's ``ping`` takes
+the same path from the socket's pump. Only
+the memory store allows it (its commit never waits); on Redis every event goes through
+the queue and batches as above.
+
 With a durable store the session runs under a lease (``gateway.store.Lease``): a
 commit under a lease another node took fails with ``LeaseLost``, and this driver lets
 the session go without ending it. Its server tools still running finish here and their
@@ -32,6 +40,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from gateway.call import Call
 from gateway.connection import Connection
 from gateway.errors import CloseCode, ProviderError, StoreUnavailable
 from gateway.event import (
@@ -57,6 +66,7 @@ from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
     Ack,
     Error,
+    Ping,
     ServerMsg,
     SessionResumed,
     SessionStart,
@@ -68,7 +78,7 @@ from gateway.routing import decode_routed, encode_routed
 from gateway.server_tool import Progress, ServerTool
 from gateway.session import LOG_ONLY, Session
 from gateway.state import encode_item, encode_state
-from gateway.store import Lease, LeaseLost, Store
+from gateway.store import Lease, LeaseLost, MemoryStore, Store
 from gateway.text import SurrogatePairer, uncarriable
 
 __all__ = ["Driver"]
@@ -209,6 +219,15 @@ class Driver:
         self.moved = False
         """The session left this node (lease lost, or handed over at shutdown): it goes on
         elsewhere, so it is not ended here."""
+        self._commit_now = (
+            store.commit_now if isinstance(store, MemoryStore) and lease is None else None
+        )
+        """A commit that never waits: with it, text deltas take the short path (see the
+        module docstring)."""
+        self._parked = False
+        """The loop waits for an event on an empty queue (``_next_event``)."""
+        self._flush_scheduled = False
+        """A ``_flush_now`` callback is due."""
         self._events: asyncio.Queue[Event | _DriverEvent | _FromClient] = asyncio.Queue()
         self._client_backlog = Backlog(max_client_events)
         self._model_backlog = Backlog(_MODEL_BACKLOG)
@@ -272,8 +291,18 @@ class Driver:
         going (``feed``, ``attach``...) are never held back by client frames."""
         if self._ending:
             return  # nobody applies it any more
+        if type(event) is Ping and self._idle():
+            self._apply(event)  # the short path (see the module docstring): a pong
+            self._flush_soon()
+            return
         self._client_backlog.add()
         self._events.put_nowait(_FromClient(event))
+
+    def _idle(self) -> bool:
+        """The loop waits on an empty queue and the store commits at once: an event that
+        only adds to the log may be applied by whoever has it, in order, without waking
+        the loop (the short path). Such an event moves no deadline."""
+        return self._parked and self._commit_now is not None and self._events.empty()
 
     async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
         """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
@@ -371,8 +400,8 @@ class Driver:
 
     # ----------------------------------------------------------------- events
 
-    def _apply(self, event: Event) -> None:
-        """Give the core one event; what it asks for is done at the next ``_flush``."""
+    def _receive(self, event: Event) -> None:
+        """Give the core one event; what it asks for is done at the next flush."""
         try:
             self.session.receive(event, now=self._clock())
         except Exception:
@@ -385,6 +414,17 @@ class Driver:
             self.session.receive(failed, now=self._clock())
         self._pending += self.session.effects()
         self._changed = True
+
+    def _apply_text(self, output: ModelOutput) -> None:
+        """``_apply`` for a model's text on the short path: it only adds to the log, and
+        leaves the response running (unless the core failed it)."""
+        self._receive(output)
+        if not self.session.responding:
+            self.quiet.set()
+
+    def _apply(self, event: Event) -> None:
+        """``_receive``, and keep what the driver tracks of the session up to date."""
+        self._receive(event)
         if not (
             isinstance(event, LOG_ONLY)
             or (isinstance(event, ModelOutput) and isinstance(event.event, ModelText))
@@ -400,17 +440,10 @@ class Driver:
     async def _flush(self) -> None:
         """Commit what the events applied since the last flush produced, then do it."""
         self._batched = 0
-        if not self._changed or self.moved:
+        batch = self._take_batch()
+        if batch is None:
             return
-        effects, self._pending, self._changed = self._pending, [], False
-        outcomes, self._uncommitted_outcomes = self._uncommitted_outcomes, []
-        sends: list[tuple[ServerMsg, bytes]] = []
-        calls = []
-        for effect in effects:
-            if isinstance(effect, Send):
-                sends.append((effect.msg, encode(effect.msg)))
-            elif isinstance(effect, SaveCall):
-                calls.append(effect.call)
+        effects, sends, calls, outcomes = batch
         state = self._checkpoint(sends)
         # The transcript goes apart from the rest of the state: only what changed.
         mark = self.session.history_mark
@@ -439,15 +472,65 @@ class Driver:
             if self._store_failing:
                 log.info("store_recovered")
                 self._store_failing = False
-        encoded = iter(sends)
+        self._carry_out(effects, sends)
+
+    def _flush_soon(self) -> None:
+        """Have ``_flush_now`` run at the end of this round of the event loop."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        """``_flush`` with a commit that never waits, for what the short path applied;
+        unless the loop is busy with an event: its own flush takes them, in order."""
+        self._flush_scheduled = False
+        if not self._parked or self._commit_now is None:
+            return
+        batch = self._take_batch()
+        if batch is None:
+            return
+        effects, sends, calls, _ = batch
+        self._commit_now(
+            self.session_id,
+            None,
+            state=None,
+            events=[(msg.seq or 0, data) for msg, data in sends],
+            calls=calls,
+        )
+        self._carry_out(effects, sends)
+
+    def _take_batch(
+        self,
+    ) -> tuple[list[Effect], list[tuple[ServerMsg, bytes]], list[Call], list[Any]] | None:
+        """The effects pending since the last flush, the events among them encoded, the
+        calls to save, and the tool outcomes they came from; ``None`` if there are none."""
+        if not self._changed or self.moved:
+            return None
+        effects, self._pending, self._changed = self._pending, [], False
+        outcomes, self._uncommitted_outcomes = self._uncommitted_outcomes, []
+        sends: list[tuple[ServerMsg, bytes]] = []
+        calls: list[Call] = []
         for effect in effects:
-            if isinstance(effect, Send):
+            if type(effect) is Send:
+                sends.append((effect.msg, encode(effect.msg)))
+            elif type(effect) is SaveCall:
+                calls.append(effect.call)
+        return effects, sends, calls, outcomes
+
+    def _carry_out(self, effects: list[Effect], sends: list[tuple[ServerMsg, bytes]]) -> None:
+        """Send the committed events, and start or stop what the other effects ask for."""
+        encoded = iter(sends)
+        conn = self._conn
+        for effect in effects:
+            if type(effect) is Send:
                 msg, data = next(encoded)
                 self._notify_sent(msg)
-                if self._conn is not None:
-                    self._conn.send(msg, data)
-            else:
+                if conn is not None:
+                    conn.queue(msg, data)
+            elif type(effect) is not SaveCall:
                 self._execute(effect)
+        if conn is not None and sends:
+            conn.flush()  # all of them in one write
 
     def _checkpoint(self, sends: list[tuple[ServerMsg, bytes]]) -> bytes | None:
         """The state to save with this commit, if any.
@@ -522,9 +605,12 @@ class Driver:
             return self._events.get_nowait()
         self._unyielded = 0
         deadline = min((d for d in (due, expiry) if d is not None), default=None)
-        if deadline is None:
-            return await self._events.get()
+        # Parked: a model's text may be applied meanwhile by its reader (the short path),
+        # which moves no deadline (calls come with a step's end, never with its text).
+        self._parked = True
         try:
+            if deadline is None:
+                return await self._events.get()
             async with asyncio.timeout(max(0.0, deadline - self._clock())):
                 return await self._events.get()
         except TimeoutError:
@@ -532,6 +618,8 @@ class Driver:
                 log.info("session_expired", session_ttl=self._ttl)
                 return Disconnected()
             return Tick()
+        finally:
+            self._parked = False
 
     def _expiry(self) -> float | None:
         """When a detached session ends; one never started ends with its socket."""
@@ -723,6 +811,12 @@ class Driver:
         try:
             async for received in self._provider.stream(effect.request):
                 for event in pairer.events(received):
+                    if type(event) is ModelText and self._idle():
+                        # The short path: the loop is idle, so applying the text here keeps
+                        # the order, and saves two task switches per delta.
+                        self._apply_text(ModelOutput(step_id, event))
+                        self._flush_soon()
+                        continue
                     problem = uncarriable(event)
                     if problem is not None:
                         log.warning("model_output_refused", response_id=effect.response_id)

@@ -10,7 +10,6 @@ client resumes and gets the rest by replay.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -21,22 +20,29 @@ _encode_text = msgspec.json.Encoder().encode
 __all__ = ["OutboundQueue"]
 
 
-@dataclass
-class _Item:
-    """A queued event; consecutive deltas of one response grow one item, encoded on pop."""
+class _Merged:
+    """Consecutive deltas of one response, grown into one event, encoded on pop."""
 
-    data: bytes
-    delta: TextDelta | None = None
-    pieces: list[str] = field(default_factory=list)
-    text_size: int = 0
-    """Encoded bytes of the pieces' text, without quotes (JSON escaping is per character)."""
-    envelope: int = 0
-    """Bytes of the newest delta's encoding without its text (once merged)."""
+    __slots__ = ("delta", "envelope", "pieces", "text_size")
+
+    def __init__(self, delta: TextDelta, data: bytes) -> None:
+        self.delta = delta
+        self.pieces = [delta.delta]
+        self.text_size = _text_size(delta.delta)
+        """Encoded bytes of the pieces' text, without quotes (JSON escaping is per character)."""
+        self.envelope = len(data) - self.text_size
+        """Bytes of the newest delta's encoding without its text."""
 
     @property
     def size(self) -> int:
         """Bytes of this event once encoded."""
-        return len(self.data) if len(self.pieces) < 2 else self.envelope + self.text_size
+        return self.envelope + self.text_size
+
+    def add(self, delta: TextDelta, data: bytes) -> None:
+        added = _text_size(delta.delta)
+        self.delta, self.envelope = delta, len(data) - added
+        self.pieces.append(delta.delta)
+        self.text_size += added
 
 
 def _text_size(text: str) -> int:
@@ -44,12 +50,13 @@ def _text_size(text: str) -> int:
 
 
 class OutboundQueue:
-    """Encoded events waiting for the socket."""
+    """Encoded events waiting for the socket: each ``(data, delta)``, ``delta`` being the
+    event itself when it is a ``text.delta`` (it may merge), or a ``_Merged``."""
 
     def __init__(self, *, soft_size: int, hard_size: int) -> None:
         self._soft_size = soft_size
         self._hard_size = hard_size
-        self._items: deque[_Item] = deque()
+        self._items: deque[tuple[bytes, TextDelta | None] | _Merged] = deque()
         self.size = 0
         """Bytes queued now."""
         self.merged = 0
@@ -60,30 +67,23 @@ class OutboundQueue:
 
     def push(self, msg: ServerMsg | None, data: bytes) -> bool:
         """Queue an encoded event; ``False`` when the hard bound is passed (not queued)."""
-        delta = msg if isinstance(msg, TextDelta) else None
-        last = self._items[-1] if self._items else None
-        if (
-            delta is not None
-            and last is not None
-            and last.delta is not None
-            and last.delta.response_id == delta.response_id
-            and self.size > self._soft_size
-        ):
+        delta = msg if type(msg) is TextDelta else None
+        if delta is not None and self.size > self._soft_size and self._items:
             # Merge without re-encoding the growing text: that would cost O(text) per delta.
-            added = _text_size(delta.delta)
-            self.size -= last.size
-            last.delta, last.envelope = delta, len(data) - added
-            last.pieces.append(delta.delta)
-            last.text_size += added
-            self.size += last.size
-            self.merged += 1
-            return self.size <= self._hard_size
+            last = self._items[-1]
+            newest = last.delta if isinstance(last, _Merged) else last[1]
+            if newest is not None and newest.response_id == delta.response_id:
+                if isinstance(last, tuple):
+                    last = _Merged(newest, last[0])
+                    self._items[-1] = last
+                self.size -= last.size
+                last.add(delta, data)
+                self.size += last.size
+                self.merged += 1
+                return self.size <= self._hard_size
         if self._items and self.size + len(data) > self._hard_size:
             return False  # an event alone may exceed the bound: it must get through somehow
-        item = _Item(data=data, delta=delta)
-        if delta is not None:
-            item.pieces, item.text_size = [delta.delta], _text_size(delta.delta)
-        self._items.append(item)
+        self._items.append((data, delta))
         self.size += len(data)
         return True
 
@@ -92,13 +92,14 @@ class OutboundQueue:
         if not self._items:
             return None
         item = self._items.popleft()
+        if isinstance(item, tuple):
+            self.size -= len(item[0])
+            return item[0]
         self.size -= item.size
-        if item.delta is not None and len(item.pieces) > 1:
-            delta = item.delta
-            return encode(
-                TextDelta(seq=delta.seq, response_id=delta.response_id, delta="".join(item.pieces))
-            )
-        return item.data
+        delta = item.delta
+        return encode(
+            TextDelta(seq=delta.seq, response_id=delta.response_id, delta="".join(item.pieces))
+        )
 
     def clear(self) -> None:
         self._items.clear()

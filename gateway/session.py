@@ -223,6 +223,8 @@ class Session:
         if self._phase is Phase.CLOSED:
             return
         match event:
+            case ModelOutput(step_id=step_id, event=model_event):  # the most frequent first
+                self._on_model_event(step_id, model_event)
             case DecodeFailure(code=code, message=message, in_reply_to=in_reply_to):
                 self._out.error(code, message, in_reply_to=in_reply_to, retryable=event.retryable)
             case Ping(ts=ts):
@@ -262,8 +264,6 @@ class Session:
                 self._advance_if_step_settled()
             case ResponseCancel(response_id=response_id):
                 self._cancel_response(response_id)
-            case ModelOutput(step_id=step_id, event=model_event):
-                self._on_model_event(step_id, model_event)
             case ModelFailed():
                 self._on_model_failed(event)
             case ToolFinished():

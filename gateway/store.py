@@ -179,12 +179,21 @@ class Store(Protocol):
 
 @dataclass
 class _Log:
-    events: deque[tuple[int, bytes]] = field(default_factory=deque)
+    """Events in two parallel queues, not one of ``(seq, data)`` pairs: a pair per event
+    is an object the garbage collector tracks, and a log of thousands of sessions would
+    give it hundreds of thousands to walk at every full collection (stalls of 100 ms)."""
+
+    seqs: deque[int] = field(default_factory=deque)
+    events: deque[bytes] = field(default_factory=deque)
     size: int = 0
     dropped_upto: int = 0
     """Highest seq no longer kept: a replay from before it has a gap."""
     last_seq: int = 0
     """Highest seq ever logged: an event at or below it is a repeat."""
+
+    def drop_first(self) -> None:
+        self.dropped_upto = self.seqs.popleft()
+        self.size -= len(self.events.popleft())
 
 
 @dataclass
@@ -263,17 +272,18 @@ class MemoryStore:
         entry = self._get(session_id)
         if entry is None or seq < entry.log.dropped_upto:
             return None
-        return [data for event_seq, data in entry.log.events if event_seq > seq]
+        log = entry.log
+        return [
+            data for event_seq, data in zip(log.seqs, log.events, strict=True) if event_seq > seq
+        ]
 
     async def trim_events(self, session_id: str, upto_seq: int) -> None:
         entry = self._get(session_id)
         if entry is None:
             return
         log = entry.log
-        while log.events and log.events[0][0] <= upto_seq:
-            dropped_seq, dropped = log.events.popleft()
-            log.size -= len(dropped)
-            log.dropped_upto = dropped_seq
+        while log.seqs and log.seqs[0] <= upto_seq:
+            log.drop_first()
 
     async def save_call(self, session_id: str, call: Call) -> None:
         await self.commit(session_id, None, state=None, events=(), calls=[call])
@@ -323,6 +333,29 @@ class MemoryStore:
         history_drop: int = 0,
         history: Sequence[bytes] = (),
     ) -> None:
+        self.commit_now(
+            session_id,
+            lease,
+            state=state,
+            events=events,
+            calls=calls,
+            history_drop=history_drop,
+            history=history,
+        )
+
+    def commit_now(
+        self,
+        session_id: str,
+        lease: Lease | None,
+        *,
+        state: bytes | None,
+        events: Sequence[tuple[int, bytes]],
+        calls: Sequence[Call] = (),
+        history_drop: int = 0,
+        history: Sequence[bytes] = (),
+    ) -> None:
+        """``commit``, done before it returns (nothing here waits): a driver may commit
+        from a callback (see ``Driver._flush_now``)."""
         if lease is not None and not self._holds(session_id, lease):
             raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
         entry = self._get(session_id)
@@ -395,12 +428,11 @@ class MemoryStore:
         if seq <= log.last_seq:
             return
         log.last_seq = seq
-        log.events.append((seq, data))
+        log.seqs.append(seq)
+        log.events.append(data)
         log.size += len(data)
         while log.events and (len(log.events) > self._max_events or log.size > self._max_size):
-            dropped_seq, dropped = log.events.popleft()
-            log.size -= len(dropped)
-            log.dropped_upto = dropped_seq
+            log.drop_first()
 
     def _save_call(self, entry: _Session, call: Call) -> None:
         entry.calls[call.call_id] = msgspec.structs.replace(call)  # a copy: the core mutates

@@ -24,7 +24,7 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketState
 
 from gateway.auth import AuthError
-from gateway.connection import ABORT_SCOPE_KEY, SEND_FRAMES_SCOPE_KEY, Connection
+from gateway.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.inbox import Inbox
 from gateway.principal import Principal
@@ -112,7 +112,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
     conn = runtime.connection(
         websocket,
         abort=websocket.scope.get(ABORT_SCOPE_KEY),
-        send_frames=websocket.scope.get(SEND_FRAMES_SCOPE_KEY),
+        frame_writer=websocket.scope.get(FRAME_WRITER_SCOPE_KEY),
     )
     reader = _Reader(
         websocket,

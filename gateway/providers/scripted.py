@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +179,22 @@ def _render_args(args: Any, context: Mapping[str, Any]) -> Any:
     return args
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+_WORD = re.compile(r"\s*\S+\s*")
+
+_YIELD_EVERY = 64
+"""At pace 0, the model hands the loop over (and may be cancelled) every this many words:
+the session's reader also yields on its own (``gateway.driver``)."""
+
+
+def _words(text: str) -> Iterator[str]:
+    """The words of ``text``, each with the spaces around it; one blank piece for a blank
+    text. Lazy: the first word of a long answer goes out without splitting the rest."""
+    found = False
+    for match in _WORD.finditer(text):
+        found = True
+        yield match.group()
+    if not found and text:
+        yield text
 
 
 class ScriptedProvider:
@@ -203,8 +217,16 @@ class ScriptedProvider:
         """Play the answer to the request's last item."""
         offered = {tool.name for tool in request.tools}
         say, calls, error, pace = self._answer(request, offered)
+        loop = asyncio.get_running_loop()
+        started, words = loop.time(), 0
         for word in _words(say):
-            await asyncio.sleep(pace)  # also a cancellation point when pace is 0
+            words += 1
+            if pace:
+                # On a schedule, as a model server streams: a busy gateway that takes
+                # longer to pass a word on does not slow the words after it down.
+                await asyncio.sleep(max(0.0, started + words * pace - loop.time()))
+            elif words % _YIELD_EVERY == 1:
+                await asyncio.sleep(0)  # a cancellation point
             yield ModelText(word)
         if error is not None:
             raise ProviderError(error)
@@ -212,7 +234,7 @@ class ScriptedProvider:
             yield ModelToolCall(name=name, args=args)
         yield ModelFinish(
             reason="tool_calls" if calls else "stop",
-            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=len(_words(say))),
+            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=words),
         )
 
     def _answer(
