@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -491,7 +491,7 @@ class Driver:
             return
         effects, sends, calls, _ = batch
         self._commit_now(
-            self.session_id,
+            self.session.session_id,
             None,
             state=None,
             events=[(msg.seq or 0, data) for msg, data in sends],
@@ -519,18 +519,24 @@ class Driver:
 
     def _carry_out(self, effects: list[Effect], sends: list[tuple[ServerMsg, bytes]]) -> None:
         """Send the committed events, and start or stop what the other effects ask for."""
-        encoded = iter(sends)
+        self._notify_sent([msg for msg, _ in sends])
         conn = self._conn
+        if len(sends) == len(effects):  # only events to send, as on the short path
+            if conn is not None:
+                for msg, data in sends:
+                    conn.queue(msg, data)
+                conn.flush()  # all of them in one write
+            return
+        encoded = iter(sends)
         for effect in effects:
             if type(effect) is Send:
                 msg, data = next(encoded)
-                self._notify_sent(msg)
                 if conn is not None:
                     conn.queue(msg, data)
             elif type(effect) is not SaveCall:
                 self._execute(effect)
         if conn is not None and sends:
-            conn.flush()  # all of them in one write
+            conn.flush()
 
     def _checkpoint(self, sends: list[tuple[ServerMsg, bytes]]) -> bytes | None:
         """The state to save with this commit, if any.
@@ -754,7 +760,7 @@ class Driver:
             snapshot = self.session.snapshot(now)
             conn.replay(encode(error))
             conn.replay(encode(snapshot))
-            self._notify_sent(error, snapshot)
+            self._notify_sent((error, snapshot))
             if store_error is not None:  # after the snapshot: the client resumed first
                 self._store_down(store_error)
             return
@@ -765,7 +771,7 @@ class Driver:
             open_calls=self.session.open_client_calls(now),
         )
         conn.replay(encode(resumed))
-        self._notify_sent(resumed)  # the replayed events were observed when first sent
+        self._notify_sent((resumed,))  # the replayed events were observed when first sent
         for data in events:
             conn.replay(data)
         log.info("session_resumed", last_seq=last_seq, replayed=len(events))
@@ -831,10 +837,11 @@ class Driver:
                     # of the first events (the first delta takes a few turns of the loop
                     # to reach the socket), so it goes out before the rest is read.
                     await asyncio.sleep(0)
-                if not self._model_backlog.room.is_set():
-                    await self._model_backlog.room.wait()  # a fast model waits for the session
-                finished = isinstance(received, ModelFinish)
-                if finished:
+                room = self._model_backlog.room
+                if not room.is_set():
+                    await room.wait()  # a fast model waits for the session
+                if type(received) is ModelFinish:
+                    finished = True
                     break
         except ProviderError as exc:
             log.warning("model_failed", response_id=effect.response_id, error=str(exc))
@@ -917,7 +924,7 @@ class Driver:
 
     # ----------------------------------------------------------------- observers
 
-    def _notify_sent(self, *msgs: ServerMsg) -> None:
+    def _notify_sent(self, msgs: Iterable[ServerMsg]) -> None:
         # On the path of every delta: a plain loop, no closure per event.
         now = self._clock()
         for msg in msgs:

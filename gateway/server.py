@@ -230,9 +230,10 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
             for data in frames:
                 self.conn.send_text(data)
             self.transport.write(b"".join(self.conn.data_to_send()))
+        elif len(frames) == 1 and len(frames[0]) < 126:  # a delta, a pong: the usual case
+            self.transport.write(_SHORT_HEADERS[len(frames[0])] + frames[0])
         else:
             self.transport.write(b"".join(_framed(frames)))
-        self._bound_closing()
 
     def keepalive_timeout(self) -> None:
         self.pong_timer = None

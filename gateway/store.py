@@ -367,8 +367,10 @@ class MemoryStore:
             entry.state = state
         for call in calls:
             self._save_call(entry, call)
-        del entry.history[:history_drop]
-        entry.history += history
+        if history_drop:
+            del entry.history[:history_drop]
+        if history:
+            entry.history += history
         self._touch(session_id)
 
     async def load_state(self, session_id: str) -> bytes | None:

@@ -53,6 +53,8 @@ class SurrogatePairer:
 
     def events(self, event: ModelEvent) -> list[ModelEvent]:
         """What to pass on for ``event``: none while a half waits for its pair."""
+        if type(event) is ModelText and not self._held and event.text.isascii():
+            return [event]  # the usual case, on the path of every delta
         match event:
             case ModelText(text=text):
                 text = self._held + text
