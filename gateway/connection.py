@@ -145,6 +145,35 @@ class Connection:
         if self.queue(msg, data):
             self._kick()
 
+    def send_all(self, sent: list[tuple[ServerMsg, bytes]]) -> None:
+        """``send`` each of ``sent``, in one write now when nothing waits before them
+        and the socket takes them (the usual case: no queue on the way)."""
+        frames = self._frames
+        if (
+            frames is None
+            or self._queue
+            or self._replay
+            or self._writer is not None
+            or self._closing is not None
+            or self._gone
+        ):
+            for msg, data in sent:
+                self.queue(msg, data)
+            self.flush()
+            return
+        try:
+            written = frames.write_now([data for _, data in sent])
+        except Exception as exc:  # whatever the socket raises once the peer is gone
+            self._failed(exc)
+            return
+        if not written:  # the socket pushes back: they wait in the queue
+            for msg, data in sent:
+                self.queue(msg, data)
+            self.flush()
+            return
+        if self.pongs_owed:
+            self.pongs_owed = max(0, self.pongs_owed - sum(type(msg) is Pong for msg, _ in sent))
+
     def queue(self, msg: ServerMsg | None, data: bytes) -> bool:
         """``send`` without the write: the caller calls ``flush`` once it queued all it
         has. ``False`` when the event was dropped (the socket is closing)."""

@@ -523,9 +523,7 @@ class Driver:
         conn = self._conn
         if len(sends) == len(effects):  # only events to send, as on the short path
             if conn is not None:
-                for msg, data in sends:
-                    conn.queue(msg, data)
-                conn.flush()  # all of them in one write
+                conn.send_all(sends)  # all of them in one write
             return
         encoded = iter(sends)
         for effect in effects:
