@@ -228,6 +228,7 @@ class Driver:
         """The loop waits for an event on an empty queue (``_next_event``)."""
         self._flush_scheduled = False
         """A ``_flush_now`` callback is due."""
+        self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Event | _DriverEvent | _FromClient] = asyncio.Queue()
         self._client_backlog = Backlog(max_client_events)
         self._model_backlog = Backlog(_MODEL_BACKLOG)
@@ -478,7 +479,7 @@ class Driver:
         """Have ``_flush_now`` run at the end of this round of the event loop."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_now)
+            self._loop.call_soon(self._flush_now)
 
     def _flush_now(self) -> None:
         """``_flush`` with a commit that never waits, for what the short path applied;
@@ -815,7 +816,7 @@ class Driver:
         try:
             async for received in self._provider.stream(effect.request):
                 for event in pairer.events(received):
-                    if type(event) is ModelText and self._idle():
+                    if type(event) is ModelText and self._idle():  # most events
                         # The short path: the loop is idle, so applying the text here keeps
                         # the order, and saves two task switches per delta.
                         self._apply_text(ModelOutput(step_id, event))
