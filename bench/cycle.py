@@ -191,7 +191,9 @@ def report(figures: Figures) -> None:
     print(us_line("  whole turn (user.message -> response.done)", figures.turns))
     tenth = max(1, len(figures.turns) // 10)
     print(
-        f"{'  whole turn p50, first / last tenth':<44} "
+        f"{'  p50 of the first / last tenth':<44} cycle "
+        f"{statistics.median(figures.cycles[:tenth]) * 1e6:.0f} / "
+        f"{statistics.median(figures.cycles[-tenth:]) * 1e6:.0f} µs, whole turn "
         f"{statistics.median(figures.turns[:tenth]) * 1e6:.0f} / "
         f"{statistics.median(figures.turns[-tenth:]) * 1e6:.0f} µs (the history grows)"
     )
