@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import statistics
 import tempfile
 import time
@@ -38,12 +37,14 @@ from bench.figure import us_line
 from bench.server_process import (
     CLIENT_CPU,
     SERVER_CPU,
+    OtherLoad,
     cpu_seconds,
     gateway,
     machine,
     pin_self,
     placement,
     profiled,
+    self_cpu_seconds,
 )
 from bench.ws_client import WebSocket, connect
 
@@ -116,6 +117,8 @@ class Figures:
     cycle_client_cpu: float = 0.0
     ping_wall: float = 0.0
     ping_server_cpu: float = 0.0
+    others: float = 0.0
+    """Per cent of one core other processes used during the timed part."""
 
 
 async def _cycle(ws: WebSocket) -> tuple[float, float, int]:
@@ -134,11 +137,6 @@ async def _ping(ws: WebSocket) -> float:
     ws.send(PING)
     arrived, _ = await ws.recv_type("pong")
     return arrived - started
-
-
-def _client_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def _cycles(ws: WebSocket, count: int, turn: list[int], out: Figures | None) -> None:
@@ -162,8 +160,11 @@ async def run(url: str, pid: int, count: int, warmup: int, profile: Path | None)
         await _cycles(ws, warmup, turn, None)
         for _ in range(warmup):
             await _ping(ws)
+        others = OtherLoad(pid)
         with profiled(pid, profile):
+            others.start()
             await _timed(ws, pid, count, turn, figures)
+            figures.others = others.percent()
     finally:
         await ws.close()
     return figures
@@ -173,12 +174,12 @@ async def _timed(ws: WebSocket, pid: int, count: int, turn: list[int], figures: 
     done = 0
     while done < count:
         block = min(BLOCK, count - done)
-        cpu0, client0, wall0 = cpu_seconds(pid), _client_cpu(), time.perf_counter()
+        cpu0, client0, wall0 = cpu_seconds(pid), self_cpu_seconds(), time.perf_counter()
         await _cycles(ws, block, turn, figures)
         wall1, cpu1 = time.perf_counter(), cpu_seconds(pid)
         figures.cycle_wall += wall1 - wall0
         figures.cycle_server_cpu += cpu1 - cpu0
-        figures.cycle_client_cpu += _client_cpu() - client0
+        figures.cycle_client_cpu += self_cpu_seconds() - client0
         for _ in range(block):
             figures.pings.append(await _ping(ws))
         figures.ping_wall += time.perf_counter() - wall1
@@ -208,6 +209,7 @@ def report(figures: Figures) -> None:
         f"during the pings: gateway CPU {figures.ping_server_cpu / figures.ping_wall * 100:.0f} %"
         f" ({figures.ping_server_cpu / len(figures.pings) * 1e6:.0f} µs per ping)"
     )
+    print(f"other processes meanwhile: {figures.others:.0f} % of one core (noise if not ~0)")
 
 
 def _bounded(factory: Callable[[], Coroutine[Any, Any, Figures]], timeout: float) -> Figures:

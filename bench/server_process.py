@@ -10,6 +10,7 @@ process, ``pin_self``) on CPU 1; on one CPU nothing is pinned.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import httpx
 __all__ = [
     "CLIENT_CPU",
     "SERVER_CPU",
+    "OtherLoad",
     "Server",
     "cpu_seconds",
     "gateway",
@@ -34,6 +36,7 @@ __all__ = [
     "pinning",
     "placement",
     "profiled",
+    "self_cpu_seconds",
     "server",
 ]
 
@@ -85,6 +88,39 @@ def cpu_seconds(pid: int) -> float:
     data = Path(f"/proc/{pid}/stat").read_bytes()
     fields = data[data.rfind(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
+def self_cpu_seconds() -> float:
+    """User plus system CPU time of this process."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _machine_busy_seconds() -> float:
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system = (int(f) for f in fields[:3])
+    return (user + nice + system) / _CLOCK_TICKS
+
+
+class OtherLoad:
+    """The CPU this machine gave processes other than the benchmark's own meanwhile (others
+    may be benchmarking on the same cores: a run they shared says so)."""
+
+    def __init__(self, *pids: int) -> None:
+        self._pids = pids
+        self._start = (0.0, 0.0, 0.0)
+
+    def _now(self) -> tuple[float, float, float]:
+        ours = self_cpu_seconds() + sum(cpu_seconds(pid) for pid in self._pids)
+        return time.perf_counter(), _machine_busy_seconds(), ours
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def percent(self) -> float:
+        """Since ``start``: CPU of the other processes, in per cent of one core."""
+        wall, busy, ours = (b - a for a, b in zip(self._start, self._now(), strict=True))
+        return max(0.0, busy - ours) / wall * 100
 
 
 @dataclass

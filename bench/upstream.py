@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import socket
 import statistics
 import sys
@@ -44,6 +43,7 @@ from bench.figure import percentile
 from bench.server_process import (
     CLIENT_CPU,
     SERVER_CPU,
+    OtherLoad,
     Server,
     cpu_seconds,
     gateway,
@@ -51,6 +51,7 @@ from bench.server_process import (
     pin_self,
     pinning,
     placement,
+    self_cpu_seconds,
     server,
 )
 from bench.ws_client import connect, frame_type
@@ -104,6 +105,8 @@ class Rounds:
     gateway: list[Round] = field(default_factory=list)
     cpu: dict[str, list[float]] = field(default_factory=dict)
     """Per mode: CPU seconds of the load generator, llmock and the gateway, all rounds."""
+    others: float = 0.0
+    """Per cent of one core other processes used during the rounds."""
 
     def count_cpu(self, mode: str, spent: Sequence[float]) -> None:
         totals = self.cpu.setdefault(mode, [0.0] * len(spent))
@@ -174,16 +177,18 @@ async def gateway_round(url: str) -> Round:
 
 
 def _cpu(llmock: Server, gw: Server) -> tuple[float, float, float]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime, cpu_seconds(llmock.pid), cpu_seconds(gw.pid)
+    return self_cpu_seconds(), cpu_seconds(llmock.pid), cpu_seconds(gw.pid)
 
 
 async def run(llmock: Server, gw: Server, rounds: int, warmup: int, cpu: int | None) -> Rounds:
     out = Rounds()
     url = f"{llmock.http_url}/v1/chat/completions"
     ws_url = f"ws://127.0.0.1:{gw.port}/v1/realtime"
+    others = OtherLoad(llmock.pid, gw.pid)
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
         for n in range(warmup + rounds):
+            if n == warmup:
+                others.start()
             before = _cpu(llmock, gw)
             direct = await direct_round(client, url, cpu)
             middle = _cpu(llmock, gw)
@@ -194,6 +199,7 @@ async def run(llmock: Server, gw: Server, rounds: int, warmup: int, cpu: int | N
                 out.gateway.append(through)
                 out.count_cpu("direct", [b - a for a, b in zip(before, middle, strict=True)])
                 out.count_cpu("gateway", [b - a for a, b in zip(middle, after, strict=True)])
+    out.others = others.percent()
     return out
 
 
@@ -222,6 +228,7 @@ def report(rounds: Rounds, words: int) -> None:
         f"the gateway adds {(first_g - first_d) * 1e3:.2f} ms to the first delta (p50s; "
         f"target <= 2 ms), total {total_g / total_d:.3f}x direct (target <= 1.05x)"
     )
+    print(f"other processes meanwhile: {rounds.others:.0f} % of one core (noise if not ~0)")
 
 
 def _serve_llmock(fd: int) -> None:
