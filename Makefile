@@ -80,12 +80,19 @@ BENCH_ONLY := gateway,starlette-sansio/msgspec
 	.bench/.venv/bin/pip install --quiet -r .bench/requirements.txt -e .
 	touch $@
 
+# Then the project's own process benchmarks (bench/cycle.py, bench/upstream.py), from the
+# project venv (llmock is a test dependency): the client-function cycle and the ping round
+# trip, and the gateway's overhead on an llmock stream. They print figures, assert nothing.
 bench: .bench/.installed
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 2 --sizes 10000 --streams-c 1000,2000
+	$(BIN)/python -m bench.cycle
+	$(BIN)/python -m bench.upstream
 
 bench-quick: .bench/.installed
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 1 --fanout-n 5000 \
 		--rtt-n 2000 --sizes 200,1000 --streams-c 200 --duration 10
+	$(BIN)/python -m bench.cycle --cycles 1000 --warmup 100
+	$(BIN)/python -m bench.upstream --rounds 30 --warmup 3
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .aimock .bench

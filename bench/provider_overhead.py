@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 
@@ -63,7 +64,7 @@ async def ours(body: bytes) -> int:
 
 
 async def sdk(body: bytes) -> int:
-    import openai
+    import openai  # type: ignore[import-not-found, unused-ignore]  # optional, often absent
 
     client = openai.AsyncOpenAI(
         api_key="x",
@@ -76,7 +77,9 @@ async def sdk(body: bytes) -> int:
     return sum([1 async for chunk in stream if chunk.choices and chunk.choices[0].delta.content])
 
 
-async def per_delta(run, body: bytes, chunks: int, rounds: int = 7) -> list[float]:
+async def per_delta(
+    run: Callable[[bytes], Awaitable[int]], body: bytes, chunks: int, rounds: int = 7
+) -> list[float]:
     await run(body)  # warm up
     samples = []
     for _ in range(rounds):
