@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.errors import CloseCode
+from gateway.flag import Flag
 from gateway.inbox import Inbox
 from gateway.outqueue import OutboundQueue
 from gateway.protocol import Pong, ServerMsg
@@ -102,15 +103,16 @@ class Connection:
         self._close_timeout = close_timeout
         self._abort = abort
         self._queue = OutboundQueue(soft_size=soft_size, hard_size=hard_size)
-        self._replay: deque[bytes] = deque()
+        self._replay: deque[bytes] | None = None
+        """Replayed events, ahead of live ones (made when the first comes: see gateway.flag)."""
         self._closing: tuple[int, str] | None = None
         self._flushing = False
         """The close waits for what is queued to go out first."""
         self._gone = False
         """A write failed: the peer is gone, nothing more is written."""
-        self.done = asyncio.Event()
+        self.done = Flag()
         """Set once the socket is closed (or given up on)."""
-        self.close_requested = asyncio.Event()
+        self.close_requested = Flag()
         """Set as soon as ``close`` is called."""
         self.close_code: int | None = None
         self.pongs_owed = 0
@@ -151,7 +153,7 @@ class Connection:
         frames = self._frames
         if (
             frames is None
-            or self._queue
+            or self._queue.size  # not len(): a method call, on every write
             or self._replay
             or self._writer is not None
             or self._closing is not None
@@ -194,6 +196,8 @@ class Connection:
         do not count against the outbound bounds: a long replay cannot overflow.
         """
         if self._closing is None and not self._gone:
+            if self._replay is None:
+                self._replay = deque()
             self._replay.append(data)
             self._kick()
 
@@ -209,7 +213,7 @@ class Connection:
             self._kick()  # what is queued goes out, then the close
             return
         self._queue.clear()
-        self._replay.clear()
+        self._replay = None
         if self._writer is not None:
             self._writer.cancel()
         self._start_closer()
@@ -304,7 +308,7 @@ class Connection:
         log.debug("send_failed", error=type(exc).__name__)
         self._gone = True
         self._queue.clear()
-        self._replay.clear()
+        self._replay = None
         self.done.set()  # the receive loop notices the disconnect too
 
     def _check_sends(self) -> None:
@@ -335,7 +339,7 @@ class Connection:
             self.close_code = CloseCode.TRY_AGAIN
             self.close_requested.set()
         self._queue.clear()
-        self._replay.clear()
+        self._replay = None
 
     def _next(self) -> bytes | None:
         return self._replay.popleft() if self._replay else self._queue.pop()

@@ -8,10 +8,10 @@ never waits for room.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections import deque
 from typing import Generic, TypeVar
+
+from gateway.flag import Flag
 
 __all__ = ["Backlog", "Inbox"]
 
@@ -26,15 +26,16 @@ class Inbox(Generic[T]):
     """
 
     def __init__(self, size: int) -> None:
-        self._items: deque[T] = deque()
+        # A list, not a deque: it holds at most ``size`` frames (256), and an empty
+        # deque is 760 bytes (see gateway.flag).
+        self._items: list[T] = []
         self._size = size
         self._closed = False
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
+        self._ready = Flag()
+        self._room = Flag(True)
         self.peak = 0
         """The most items held at once so far (tests and probes check the bound)."""
-        self.stalled = asyncio.Event()
+        self.stalled = Flag()
         """Set while a ``put`` waits for room: the producer has stopped reading."""
 
     def __len__(self) -> int:
@@ -82,7 +83,7 @@ class Inbox(Generic[T]):
                 return None
             self._ready.clear()
             await self._ready.wait()
-        item = self._items.popleft()
+        item = self._items.pop(0)
         self._room.set()
         return item
 
@@ -97,8 +98,7 @@ class Backlog:
         self.queued = 0
         self.peak = 0
         """The most that waited at once so far (tests check the bound)."""
-        self.room = asyncio.Event()
-        self.room.set()
+        self.room = Flag(True)
 
     def add(self) -> None:
         """Count one more waiting item (its producer then waits for ``room``)."""

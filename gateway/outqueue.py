@@ -56,18 +56,21 @@ class OutboundQueue:
     def __init__(self, *, soft_size: int, hard_size: int) -> None:
         self._soft_size = soft_size
         self._hard_size = hard_size
-        self._items: deque[tuple[bytes, TextDelta | None] | _Merged] = deque()
+        self._items: deque[tuple[bytes, TextDelta | None] | _Merged] | None = None
+        """Made when the first event waits: most sockets never queue (see gateway.flag)."""
         self.size = 0
         """Bytes queued now."""
         self.merged = 0
         """Deltas merged into a previous one so far."""
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) if self._items is not None else 0
 
     def push(self, msg: ServerMsg | None, data: bytes) -> bool:
         """Queue an encoded event; ``False`` when the hard bound is passed (not queued)."""
         delta = msg if type(msg) is TextDelta else None
+        if self._items is None:
+            self._items = deque()
         if delta is not None and self.size > self._soft_size and self._items:
             # Merge without re-encoding the growing text: that would cost O(text) per delta.
             last = self._items[-1]
@@ -102,5 +105,5 @@ class OutboundQueue:
         )
 
     def clear(self) -> None:
-        self._items.clear()
+        self._items = None
         self.size = 0

@@ -12,7 +12,6 @@ delivery of async results); ``dispatch`` owns the tool calls.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,7 +140,7 @@ class Session:
         )
         self._history = History(settings.max_history_chars)
         self._notes: list[PendingNote] = []
-        self._queue: deque[UserMessage] = deque()
+        self._queue: list[UserMessage] = []  # a few (max_queued_messages); a deque is 760 B
         self._message_ids: dict[str, None] = {}
         """Ids of recent user messages, oldest first (a dict keeps insertion order)."""
         self._response: ResponseState | None = None
@@ -175,7 +174,7 @@ class Session:
             settings.max_history_chars, state.history, state.turn_starts
         )
         session._notes = list(state.notes)
-        session._queue = deque(state.queue)
+        session._queue = list(state.queue)
         session._message_ids = dict.fromkeys(state.message_ids)
         response = state.response
         if response is not None:
@@ -567,7 +566,7 @@ class Session:
     def _start_next(self) -> None:
         """After a response: the next queued message, else announced async results."""
         if self._queue:
-            self._start_response(self._queue.popleft())
+            self._start_response(self._queue.pop(0))
         elif announced := [n for n in self._notes if n.announce]:
             self._start_completion_response(announced[0].note.call_id or "")
 

@@ -17,7 +17,7 @@ any older lease raises ``LeaseLost`` and writes nothing, so a node that was take
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -179,21 +179,59 @@ class Store(Protocol):
 
 @dataclass
 class _Log:
-    """Events in two parallel queues, not one of ``(seq, data)`` pairs: a pair per event
+    """Events in two parallel lists, not one of ``(seq, data)`` pairs: a pair per event
     is an object the garbage collector tracks, and a log of thousands of sessions would
-    give it hundreds of thousands to walk at every full collection (stalls of 100 ms)."""
+    give it hundreds of thousands to walk at every full collection (stalls of 100 ms).
+    Lists, not deques: an empty deque is 760 bytes and every session has a log (see
+    ``gateway.flag``). The oldest go by moving ``head``; the lists are cut once half of
+    them is dropped, so dropping stays O(1) amortized."""
 
-    seqs: deque[int] = field(default_factory=deque)
-    events: deque[bytes] = field(default_factory=deque)
+    seqs: list[int] = field(default_factory=list)
+    events: list[bytes] = field(default_factory=list)
+    head: int = 0
+    """Index of the oldest event kept."""
     size: int = 0
     dropped_upto: int = 0
     """Highest seq no longer kept: a replay from before it has a gap."""
     last_seq: int = 0
     """Highest seq ever logged: an event at or below it is a repeat."""
 
+    def __len__(self) -> int:
+        return len(self.events) - self.head
+
+    def append(self, seq: int, data: bytes) -> None:
+        self.last_seq = seq
+        self.seqs.append(seq)
+        self.events.append(data)
+        self.size += len(data)
+
+    def first_seq(self) -> int | None:
+        return self.seqs[self.head] if self.head < len(self.seqs) else None
+
+    def after(self, seq: int) -> list[bytes]:
+        """The events kept with a seq above ``seq``, oldest first."""
+        return [
+            data
+            for event_seq, data in zip(
+                self.seqs[self.head :], self.events[self.head :], strict=True
+            )
+            if event_seq > seq
+        ]
+
     def drop_first(self) -> None:
-        self.dropped_upto = self.seqs.popleft()
-        self.size -= len(self.events.popleft())
+        head = self.head
+        self.dropped_upto = self.seqs[head]
+        self.size -= len(self.events[head])
+        self.events[head] = b""  # its bytes go now, not at the next cut
+        self.head = head = head + 1
+        if head >= _LOG_CUT and head * 2 >= len(self.events):
+            del self.seqs[:head]
+            del self.events[:head]
+            self.head = 0
+
+
+_LOG_CUT = 64
+"""A log's dropped entries are cut off once there are this many and they are half of it."""
 
 
 @dataclass
@@ -243,6 +281,10 @@ class MemoryStore:
         """session id -> (node, monotonic time its lease runs out)."""
         self._expiry: OrderedDict[str, float] = OrderedDict()
         """session id -> monotonic time its data goes, soonest first (with ``session_ttl``)."""
+        self._soonest = 0.0
+        """No session's data goes before this: the first deadline when last looked at. The
+        first deadline never moves earlier (a touch moves a session to the end, later), so
+        it stays a lower bound."""
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
 
@@ -272,17 +314,14 @@ class MemoryStore:
         entry = self._get(session_id)
         if entry is None or seq < entry.log.dropped_upto:
             return None
-        log = entry.log
-        return [
-            data for event_seq, data in zip(log.seqs, log.events, strict=True) if event_seq > seq
-        ]
+        return entry.log.after(seq)
 
     async def trim_events(self, session_id: str, upto_seq: int) -> None:
         entry = self._get(session_id)
         if entry is None:
             return
         log = entry.log
-        while log.seqs and log.seqs[0] <= upto_seq:
+        while (first := log.first_seq()) is not None and first <= upto_seq:
             log.drop_first()
 
     async def save_call(self, session_id: str, call: Call) -> None:
@@ -416,7 +455,7 @@ class MemoryStore:
     def log_size(self, session_id: str) -> tuple[int, int]:
         """(events, bytes) logged for a session: for tests and metrics."""
         entry = self._sessions.get(session_id)
-        return (len(entry.log.events), entry.log.size) if entry else (0, 0)
+        return (len(entry.log), entry.log.size) if entry else (0, 0)
 
     def _get(self, session_id: str) -> _Session | None:
         self._expire_due()
@@ -429,11 +468,8 @@ class MemoryStore:
     def _log(self, log: _Log, seq: int, data: bytes) -> None:
         if seq <= log.last_seq:
             return
-        log.last_seq = seq
-        log.seqs.append(seq)
-        log.events.append(data)
-        log.size += len(data)
-        while log.events and (len(log.events) > self._max_events or log.size > self._max_size):
+        log.append(seq, data)
+        while len(log) and (len(log) > self._max_events or log.size > self._max_size):
             log.drop_first()
 
     def _save_call(self, entry: _Session, call: Call) -> None:
@@ -457,9 +493,12 @@ class MemoryStore:
     def _expire_due(self) -> None:
         """Drop the sessions whose TTL ran out (lazily, as Redis keys expire)."""
         now = time.monotonic()
+        if now < self._soonest:
+            return  # on every commit: one comparison
         while self._expiry:
             session_id, deadline = next(iter(self._expiry.items()))
             if deadline > now:
+                self._soonest = deadline
                 return
             existed = session_id in self._sessions
             self._forget(session_id)

@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket, WebSocketState
 from gateway.auth import AuthError
 from gateway.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
+from gateway.flag import Flag
 from gateway.inbox import Inbox
 from gateway.principal import Principal
 from gateway.protocol import (
@@ -124,15 +125,15 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
     try:
         driver = await _open(runtime, conn, reader, principal)
         if driver is not None:
-            with structlog.contextvars.bound_contextvars(session_id=driver.session_id):
-                log.info("socket_attached", client=str(websocket.client), principal=principal.name)
-                await _pump(reader, driver, conn)
-                # A client that closes with 1000 is done; any other end may be resumed.
-                done = reader.close_code == CloseCode.NORMAL and not conn.closing
-                driver.detach(conn, end=done)
-                log.info(
-                    "socket_closed", client_code=reader.close_code, server_code=conn.close_code
-                )
+            # Bound for the rest of this socket's task (it runs in a context of its own),
+            # with no context manager held for its whole life.
+            structlog.contextvars.bind_contextvars(session_id=driver.session_id)
+            log.info("socket_attached", client=str(websocket.client), principal=principal.name)
+            await _pump(reader, driver, conn)
+            # A client that closes with 1000 is done; any other end may be resumed.
+            done = reader.close_code == CloseCode.NORMAL and not conn.closing
+            driver.detach(conn, end=done)
+            log.info("socket_closed", client_code=reader.close_code, server_code=conn.close_code)
     finally:
         await reader.aclose()
         if not conn.closing:
@@ -264,31 +265,25 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
     reader's inbox fills meanwhile, and then the reader stops reading the socket.
     """
 
-    async def end_when_closed() -> None:
-        await conn.done.wait()
-        reader.end()  # closed by the server (takeover, 1013...): nothing more to read
-
-    watcher = asyncio.create_task(end_when_closed())
-    try:
-        while (message := await reader.next()) is not None:
-            if message is _FLOODED:
-                # Closed by the driver, after the rate_limited errors fed before it.
-                driver.close_socket(conn, CloseCode.POLICY, "message flood")
-                try:
-                    await asyncio.wait_for(conn.close_requested.wait(), _FLOOD_CLOSE_WAIT)
-                except TimeoutError:  # the session ended meanwhile: close it here
-                    conn.close(CloseCode.POLICY, "message flood")
-                return
-            if not driver.client_room.is_set():
-                await _first(driver.client_room, conn.close_requested, conn.done)
-                if conn.closing or conn.done.is_set():
-                    return  # the socket's unread frames are dropped, as ``reader.end`` does
-            driver.feed_client(message)
-    finally:
-        watcher.cancel()
+    # Closed by the server (takeover, 1013...): nothing more to read.
+    conn.done.on_set(reader.end)
+    while (message := await reader.next()) is not None:
+        if message is _FLOODED:
+            # Closed by the driver, after the rate_limited errors fed before it.
+            driver.close_socket(conn, CloseCode.POLICY, "message flood")
+            try:
+                await asyncio.wait_for(conn.close_requested.wait(), _FLOOD_CLOSE_WAIT)
+            except TimeoutError:  # the session ended meanwhile: close it here
+                conn.close(CloseCode.POLICY, "message flood")
+            return
+        if not driver.client_room.is_set():
+            await _first(driver.client_room, conn.close_requested, conn.done)
+            if conn.closing or conn.done.is_set():
+                return  # the socket's unread frames are dropped, as ``reader.end`` does
+        driver.feed_client(message)
 
 
-async def _first(*events: asyncio.Event) -> None:
+async def _first(*events: Flag) -> None:
     """Wait until one of ``events`` is set."""
     waits = [asyncio.create_task(event.wait()) for event in events]
     try:
