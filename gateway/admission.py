@@ -30,6 +30,10 @@ def proxy_networks(forwarded_allow_ips: str) -> list[_Network]:
     return networks
 
 
+_SEEN_MAX = 4096
+"""Addresses whose check is remembered, at most (then forgotten all at once)."""
+
+
 class AddressCounter:
     """Open sockets per client address, at most ``limit`` each (``None``: no limit).
 
@@ -43,13 +47,23 @@ class AddressCounter:
         self._limit = limit
         self._exempt = tuple(exempt)
         self._open: Counter[str] = Counter()
+        self._seen: dict[str, bool] = {}
+        """Whether an address is limited, as last worked out (parsing one costs more than
+        the rest of a check; a proxy's own address comes with every socket)."""
 
     def _limited(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return True
-        return not any(ip in network for network in self._exempt)
+        limited = self._seen.get(address)
+        if limited is None:
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                limited = True
+            else:
+                limited = not any(ip in network for network in self._exempt)
+            if len(self._seen) >= _SEEN_MAX:
+                self._seen.clear()
+            self._seen[address] = limited
+        return limited
 
     def acquire(self, address: str) -> bool:
         """Count one more socket from ``address``; ``False`` (and nothing counted) if full."""

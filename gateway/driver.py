@@ -355,11 +355,18 @@ class Driver:
             the session is ending or has ended, at once or as soon as it ends: the socket
             then belongs to no session.
         """
+        return await self.attach_soon(conn, last_seq)
+
+    def attach_soon(self, conn: Connection, last_seq: int | None = None) -> asyncio.Future[bool]:
+        """``attach`` without waiting: the future gets its answer. Events fed after this
+        call come after the socket is taken (a new session's first message, say), so its
+        caller need not wait for the session's loop in between."""
+        accepted: asyncio.Future[bool] = self._loop.create_future()
         if self._ending:
-            return False
-        accepted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._events.put_nowait(_Attach(conn, last_seq, accepted))
-        return await accepted
+            accepted.set_result(False)
+        else:
+            self._events.put_nowait(_Attach(conn, last_seq, accepted))
+        return accepted
 
     def detach(self, conn: Connection, *, end: bool = False) -> None:
         """``conn`` is gone; the session waits ``session_ttl`` for a resume, or with

@@ -101,6 +101,7 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self._attaches_by_kind: dict[str, Counter] = {}
         self._events_sent = _EventsSent()
         registry.register(self._events_sent)
         self.errors_sent = Counter(
@@ -154,6 +155,13 @@ class Metrics:
         counts = self._events_sent.counts
         counts[msg_type] = counts.get(msg_type, 0) + 1
 
+    def count_attach(self, kind: str) -> None:
+        """Count a socket attached to a session (``kind``: new, resume or takeover)."""
+        child = self._attaches_by_kind.get(kind)
+        if child is None:  # labels() validates and locks: once per kind, not per socket
+            child = self._attaches_by_kind[kind] = self.attaches.labels(kind=kind)
+        child.inc()
+
     def note_refusal(self, label: str) -> None:
         """Count a refused connection (``label`` is a short snake_case reason)."""
         self.connections_rejected.labels(reason=label).inc()
@@ -198,7 +206,7 @@ class MetricsObserver:
 
     def attached(self, *, resumed: bool, replaced: bool, now: float) -> None:
         kind = "takeover" if replaced else "resume" if resumed else "new"
-        self._metrics.attaches.labels(kind=kind).inc()
+        self._metrics.count_attach(kind)
         if not self._attached:
             self._attached = True
             self._metrics.sessions_detached.dec()

@@ -20,6 +20,7 @@ close code its clients can read.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -90,6 +91,7 @@ def normalize_origin(value: str) -> str | None:
     )
 
 
+@functools.lru_cache(maxsize=1024)  # every socket's Host: parsed once per distinct value
 def _host_and_port(host_header: str, default_port: int) -> tuple[str, int] | None:
     try:
         parts = urlsplit(f"//{host_header.strip()}")

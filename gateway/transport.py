@@ -83,7 +83,10 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     try:
         principal = runtime.auth.socket(
             subprotocols=offered,
-            query_token=websocket.query_params.get("token"),
+            # Parsed only when there is one: most sockets have no query string.
+            query_token=(
+                websocket.query_params.get("token") if websocket.scope.get("query_string") else None
+            ),
             authorization=websocket.headers.get("authorization"),
             origin=websocket.headers.get("origin"),
             now=time.time(),
@@ -206,9 +209,13 @@ async def _open(
     except (TooManySessions, StoreUnavailable) as exc:
         await _refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
         return None
-    if await _attach(runtime, conn, driver, None) is None:
-        return None
+    # The first message goes in right behind the attach: one turn of the session's loop
+    # takes both, and sends session.created.
+    accepted = driver.attach_soon(conn)
     driver.feed(first)
+    if not await accepted:
+        await _refuse_expired(runtime, conn)
+        return None
     return driver
 
 
@@ -231,8 +238,7 @@ async def _resume(
             return found
         if not found.moved:
             break
-    reason = "session ended or expired"
-    await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
+    await _refuse_expired(runtime, conn)
     return None
 
 
@@ -246,16 +252,11 @@ def _label(exc: TooManySessions | StoreUnavailable) -> str:
     return exc.label if isinstance(exc, TooManySessions) else "store_unavailable"
 
 
-async def _attach(
-    runtime: Runtime, conn: Connection, driver: Driver, last_seq: int | None
-) -> Driver | None:
-    """Hand ``conn`` to ``driver``'s session; refuse it with 4008 if the session ended first
-    (its TTL ran out, it was stopped): a resume always gets an answer, never silence."""
-    if await driver.attach(conn, last_seq):
-        return driver
+async def _refuse_expired(runtime: Runtime, conn: Connection) -> None:
+    """Refuse a socket whose session ended before taking it (its TTL ran out, it was
+    stopped) with 4008: an attach always gets an answer, never silence."""
     reason = "session ended or expired"
     await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
-    return None
 
 
 async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
