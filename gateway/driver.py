@@ -18,9 +18,10 @@ store round trip per batch, not per delta.
 
 The path of a text delta is kept short: while the loop has nothing to do (it waits on
 an empty queue), the model's reader applies a text event to the core itself, in order,
-and the commit and the socket write happen once per round of the event loop, from a
-callback (``_flush_now``), for all the deltas of that round. A client's ``ping`` takes
-the same path from the socket's pump. Only
+and commits and writes it at once when it is the first of this round of the event loop
+(a paced stream's every delta), or else once at the end of the round, from a callback
+(``_flush_now``), for all the deltas of a burst. A client's ``ping`` takes the same path
+from the socket's pump (flushed from the callback). Only
 the memory store allows it (its commit never waits); on Redis every event goes through
 the queue and batches as above.
 
@@ -155,6 +156,37 @@ _MODEL_BACKLOG = 256
 """Model events that may wait in a session's queue; a faster model stream waits for room."""
 
 
+class _Rounds:
+    """Counts the rounds of the event loop, lazily: ``current`` schedules one callback per
+    round that asks (for all the sessions that ask), which moves the count on at the next.
+    A driver whose previous delta went out in an earlier round writes this one at once;
+    one more in the same round (a burst parsed from one read) waits for the round's end
+    and goes with the rest, in one write.
+
+    Should a loop close with its callback due, the count stays put and every later text
+    waits for the end of its round: slower, never out of order.
+    """
+
+    __slots__ = ("_due", "_round")
+
+    def __init__(self) -> None:
+        self._round = 0
+        self._due = False
+
+    def current(self, loop: asyncio.AbstractEventLoop) -> int:
+        if not self._due:
+            self._due = True
+            loop.call_soon(self._next)
+        return self._round
+
+    def _next(self) -> None:
+        self._round += 1
+        self._due = False
+
+
+_ROUNDS = _Rounds()
+
+
 class Driver:
     """Runs one Session for its whole life, across sockets.
 
@@ -192,6 +224,7 @@ class Driver:
         "_events",
         "_flush_scheduled",
         "_history_mark",
+        "_log_now",
         "_log_only",
         "_loop",
         "_model_backlog",
@@ -199,6 +232,7 @@ class Driver:
         "_parked",
         "_pending",
         "_provider",
+        "_round",
         "_server_tools",
         "_since_checkpoint",
         "_since_checkpoint_size",
@@ -261,15 +295,18 @@ class Driver:
         self.moved = False
         """The session left this node (lease lost, or handed over at shutdown): it goes on
         elsewhere, so it is not ended here."""
-        self._commit_now = (
-            store.commit_now if isinstance(store, MemoryStore) and lease is None else None
-        )
+        quick = store if isinstance(store, MemoryStore) and lease is None else None
+        self._commit_now = quick.commit_now if quick is not None else None
         """A commit that never waits: with it, text deltas take the short path (see the
         module docstring)."""
+        self._log_now = quick.log_now if quick is not None else None
+        """``_commit_now`` of events alone."""
         self._parked = False
         """The loop waits for an event on an empty queue (``_next_event``)."""
         self._flush_scheduled = False
         """A ``_flush_now`` callback is due."""
+        self._round = -1
+        """The round of the event loop (``_ROUNDS``) of the last text flushed at once."""
         self._loop = asyncio.get_running_loop()
         self._events: Mailbox[Event | _DriverEvent | _FromClient] = Mailbox()
         self._client_backlog = Backlog(max_client_events)
@@ -455,20 +492,39 @@ class Driver:
         except Exception:
             if not isinstance(event, ModelOutput):
                 raise
-            # A model's output is not ours to trust: whatever the core cannot handle in it
-            # fails the step, never the session.
-            log.exception("model_output_failed", step_id=event.step_id)
-            failed = ModelFailed(event.step_id, "the gateway could not handle the model's output")
-            self.session.receive(failed, now=self._clock())
+            self._model_output_failed(event.step_id)
         self._pending += self.session.effects()
         self._changed = True
 
-    def _apply_text(self, output: ModelOutput) -> None:
-        """``_apply`` for a model's text on the short path: it only adds to the log, and
-        leaves the response running (unless the core failed it)."""
-        self._receive(output)
-        if not self.session.responding:
+    def _model_output_failed(self, step_id: str) -> None:
+        # A model's output is not ours to trust: whatever the core cannot handle in it
+        # fails the step, never the session.
+        log.exception("model_output_failed", step_id=step_id)
+        failed = ModelFailed(step_id, "the gateway could not handle the model's output")
+        self.session.receive(failed, now=self._clock())
+
+    def _apply_text(self, step_id: str, text: str) -> None:
+        """``_apply`` for a model's text on the short path, flushed at the end of this
+        round of the loop: it only adds to the log, and leaves the response running
+        (unless the core failed it). The path of every delta: as few calls as can be."""
+        session = self.session
+        try:
+            session.model_text(step_id, text, now=self._clock())
+        except Exception:
+            self._model_output_failed(step_id)
+        self._pending += session.effects()
+        self._changed = True
+        if not session.responding:
             self.quiet.set()
+        if self._flush_scheduled:
+            return  # a burst: the flush due takes this delta too
+        round_ = _ROUNDS.current(self._loop)
+        if round_ != self._round:
+            self._round = round_
+            self._flush_now()  # the first of this round: most likely alone, so no callback
+        else:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_now)
 
     def _apply(self, event: Event) -> None:
         """``_receive``, and keep what the driver tracks of the session up to date."""
@@ -538,13 +594,11 @@ class Driver:
         if batch is None:
             return
         effects, sends, calls, _ = batch
-        self._commit_now(
-            self.session.session_id,
-            None,
-            state=None,
-            events=[(msg.seq or 0, data) for msg, data in sends],
-            calls=calls,
-        )
+        events = [(msg.seq or 0, data) for msg, data in sends]
+        if calls:
+            self._commit_now(self.session.session_id, None, state=None, events=events, calls=calls)
+        elif self._log_now is not None:  # the usual case: deltas, pongs
+            self._log_now(self.session.session_id, events)
         self._carry_out(effects, sends)
 
     def _take_batch(
@@ -868,8 +922,7 @@ class Driver:
                     if type(event) is ModelText and self._idle():  # most events
                         # The short path: the loop is idle, so applying the text here keeps
                         # the order, and saves two task switches per delta.
-                        self._apply_text(ModelOutput(step_id, event))
-                        self._flush_soon()
+                        self._apply_text(step_id, event.text)
                         continue
                     problem = uncarriable(event)
                     if problem is not None:
@@ -885,9 +938,8 @@ class Driver:
                     # of the first events (the first delta takes a few turns of the loop
                     # to reach the socket), so it goes out before the rest is read.
                     await asyncio.sleep(0)
-                room = self._model_backlog.room
-                if not room.is_set():
-                    await room.wait()  # a fast model waits for the session
+                if self._model_backlog.full:
+                    await self._model_backlog.room.wait()  # a fast model waits for the session
                 if type(received) is ModelFinish:
                     finished = True
                     break

@@ -99,21 +99,26 @@ class Backlog:
         self.peak = 0
         """The most that waited at once so far (tests check the bound)."""
         self.room = Flag(True)
+        self.full = False
+        """``room`` is clear (an attribute: checked for every model event)."""
 
     def add(self) -> None:
         """Count one more waiting item (its producer then waits for ``room``)."""
         self.queued += 1
         self.peak = max(self.peak, self.queued)
         if self.queued >= self._limit:
+            self.full = True
             self.room.clear()
 
     def took(self) -> None:
         """Count one item taken."""
         self.queued -= 1
         if self.queued < self._limit:
+            self.full = False
             self.room.set()
 
     def open(self) -> None:
         """No bound any more: the session ended; whoever waits goes on (to drop its event)."""
         self._limit = sys.maxsize
+        self.full = False
         self.room.set()

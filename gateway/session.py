@@ -216,6 +216,16 @@ class Session:
         """Who the session belongs to, with the end user's claims (for tools)."""
         return self._settings.principal
 
+    def model_text(self, step_id: str, text: str, *, now: float) -> None:
+        """``receive(ModelOutput(step_id, ModelText(text)), now=now)``, for the event
+        that comes most by far (every delta of every answer), without building the event
+        and matching it to find what it is."""
+        self._now = now
+        if self._phase is not Phase.CLOSED:
+            response = self._response
+            if response is not None and response.step_id == step_id and text:
+                self._on_text(response, text)
+
     def receive(self, event: Event, *, now: float) -> None:
         """Apply one event. Effects accumulate until ``effects()`` is called."""
         self._now = now
@@ -655,12 +665,7 @@ class Session:
             return  # output of a cancelled step: dropped, never sent
         match event:
             case ModelText(text=text) if text:
-                unsent = self._confirm(response, text) if response.unconfirmed else text
-                if unsent is None:
-                    return
-                response.text.append(text)
-                if unsent:
-                    self._out.send(TextDelta(response_id=response.response_id, delta=unsent))
+                self._on_text(response, text)
             case ModelToolCall():
                 response.requested.append(event)
             case ModelFinish(usage=usage):
@@ -677,6 +682,14 @@ class Session:
                         reason=reason,
                     )
                 )
+
+    def _on_text(self, response: ResponseState, text: str) -> None:
+        unsent = self._confirm(response, text) if response.unconfirmed else text
+        if unsent is None:
+            return
+        response.text.append(text)
+        if unsent:
+            self._out.send(TextDelta(response_id=response.response_id, delta=unsent))
 
     def _on_model_failed(self, event: ModelFailed) -> None:
         response = self._response

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -412,6 +412,17 @@ class MemoryStore:
             entry.history += history
         self._touch(session_id)
 
+    def log_now(self, session_id: str, events: Iterable[tuple[int, bytes]]) -> None:
+        """``commit_now`` of events alone (no lease, state, calls or history): what a
+        stream's deltas commit, on the path of every one."""
+        entry = self._get(session_id)
+        if entry is None:
+            return
+        log = entry.log
+        for seq, data in events:
+            self._log(log, seq, data)
+        self._touch(session_id)
+
     async def load_state(self, session_id: str) -> bytes | None:
         entry = self._get(session_id)
         return entry.state if entry else None
@@ -469,7 +480,9 @@ class MemoryStore:
         if seq <= log.last_seq:
             return
         log.append(seq, data)
-        while len(log) and (len(log) > self._max_events or log.size > self._max_size):
+        while (kept := len(log.events) - log.head) and (
+            kept > self._max_events or log.size > self._max_size
+        ):
             log.drop_first()
 
     def _save_call(self, entry: _Session, call: Call) -> None:

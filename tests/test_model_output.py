@@ -75,7 +75,16 @@ async def test_a_failure_of_the_core_on_a_model_event_fails_the_response_only(mo
             raise RuntimeError("a bug the model's output found")
         original(self, event, now=now)  # type: ignore[arg-type]
 
+    original_text = Session.model_text
+
+    def model_text(self: Session, step_id: str, text: str, *, now: float) -> None:
+        # The driver's entry for a text delta on its short path: the same bug there.
+        if text == "boom":
+            raise RuntimeError("a bug the model's output found")
+        original_text(self, step_id, text, now=now)
+
     monkeypatch.setattr(Session, "receive", receive)
+    monkeypatch.setattr(Session, "model_text", model_text)
     async with serving() as gateway, session(gateway.url) as (conn, _):
         gateway.model.inner = _OddModel(ModelText("boom"), ModelFinish())  # type: ignore[assignment]
         await _fails_then_goes_on(conn, "could not handle the model's output", "failed")

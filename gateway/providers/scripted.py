@@ -197,6 +197,11 @@ def _words(text: str) -> Iterator[str]:
         yield text
 
 
+def _all_words(text: str) -> list[str]:
+    """``_words``, all at once."""
+    return _WORD.findall(text) or ([text] if text else [])
+
+
 class ScriptedProvider:
     """A ``Provider`` that plays a ``Scenario``."""
 
@@ -219,7 +224,9 @@ class ScriptedProvider:
         say, calls, error, pace = self._answer(request, offered)
         loop = asyncio.get_running_loop()
         started, words = loop.time(), 0
-        for word in _words(say):
+        # Paced, each word waits its turn anyway: split them all at once. At pace 0, lazily:
+        # the first word of a long answer goes out before the rest is split.
+        for word in _all_words(say) if pace else _words(say):
             words += 1
             if pace:
                 # On a schedule, as a model server streams: a busy gateway that takes
