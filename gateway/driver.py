@@ -21,7 +21,7 @@ an empty queue), the model's reader applies a text event to the core itself, in 
 and commits and writes it at once when it is the first of this round of the event loop
 (a paced stream's every delta), or else once at the end of the round, from a callback
 (``_flush_now``), for all the deltas of a burst. A client's ``ping`` takes the same path
-from the socket's pump (flushed from the callback). Only
+from the socket's reader. Only
 the memory store allows it (its commit never waits); on Redis every event goes through
 the queue and batches as above.
 
@@ -516,15 +516,7 @@ class Driver:
         self._changed = True
         if not session.responding:
             self.quiet.set()
-        if self._flush_scheduled:
-            return  # a burst: the flush due takes this delta too
-        round_ = _ROUNDS.current(self._loop)
-        if round_ != self._round:
-            self._round = round_
-            self._flush_now()  # the first of this round: most likely alone, so no callback
-        else:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush_now)
+        self._flush_soon()
 
     def _apply(self, event: Event) -> None:
         """``_receive``, and keep what the driver tracks of the session up to date."""
@@ -579,8 +571,16 @@ class Driver:
         self._carry_out(effects, sends)
 
     def _flush_soon(self) -> None:
-        """Have ``_flush_now`` run at the end of this round of the event loop."""
-        if not self._flush_scheduled:
+        """Flush what the short path applied: at once if it is the first of this round of
+        the event loop (most likely alone: a paced delta, a ping), else with the rest of
+        the round's, from a callback at its end (a burst, in one write)."""
+        if self._flush_scheduled:
+            return  # the flush due takes it too
+        round_ = _ROUNDS.current(self._loop)
+        if round_ != self._round:
+            self._round = round_
+            self._flush_now()
+        else:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_now)
 

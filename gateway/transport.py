@@ -268,6 +268,14 @@ async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
 
     # Closed by the server (takeover, 1013...): nothing more to read.
     conn.done.on_set(reader.end)
+
+    def feed(message: Inbound | DecodeFailure) -> bool:
+        if not driver.client_room.is_set():
+            return False  # the pump waits for room, as below
+        driver.feed_client(message)
+        return True
+
+    reader.feed_directly(feed)
     while (message := await reader.next()) is not None:
         if message is _FLOODED:
             # Closed by the driver, after the rate_limited errors fed before it.
@@ -348,6 +356,9 @@ class _Reader:
         )
         self._flood_after = burst or 0
         self._refused_in_a_row = 0
+        self._feed: Callable[[Inbound | DecodeFailure], bool] | None = None
+        self._waiting = False
+        """``next`` waits on an empty inbox: its caller holds no frame."""
         self._task = asyncio.create_task(self._read(), name="gateway:receive")
         self.close_code: int | None = None
         """The close code the client sent, once it is gone."""
@@ -379,6 +390,13 @@ class _Reader:
                     self._refused_in_a_row = 0
                 if peeked is None:
                     peeked = _BINARY if text is None else decode_client(text)
+                if (
+                    self._feed is not None
+                    and self._waiting
+                    and not self._inbox
+                    and self._feed(peeked)
+                ):
+                    continue  # straight to the session: the pump holds nothing before it
                 if not await self._inbox.put(peeked):
                     return  # ended by the server meanwhile
         except Exception:
@@ -411,9 +429,19 @@ class _Reader:
         """Drop what is unread: ``next`` returns ``None`` from now on."""
         self._inbox.drop()
 
+    def feed_directly(self, feed: Callable[[Inbound | DecodeFailure], bool]) -> None:
+        """From now on, hand a frame read while ``next``'s caller waits on an empty inbox
+        to ``feed`` instead, unless it returns ``False`` (no room: the frame goes to the
+        inbox). Saves a hop between tasks per frame: a ping's pong is a round trip."""
+        self._feed = feed
+
     async def next(self) -> Inbound | DecodeFailure | None:
         """The next frame, or ``None`` once the socket is gone (for good)."""
-        return await self._inbox.get()
+        self._waiting = True
+        try:
+            return await self._inbox.get()
+        finally:
+            self._waiting = False
 
     async def aclose(self) -> None:
         self._task.cancel()
