@@ -8,8 +8,8 @@ Every failure is an ``Attempt`` naming the URL and the cause.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Awaitable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -64,18 +64,24 @@ class Answer:
         """The first bytes, to quote an answer that is not an event stream."""
         self._content_type = response.headers.get("content-type", "").split(";")[0].strip()
         self._status = response.status_code
+        self._loop = asyncio.get_running_loop()
+        self._watch: asyncio.TimerHandle | None = None
+        """The read timer (see ``_timed``)."""
+        self._reading: asyncio.Task[Any] | None = None
+        self._read_deadline = 0.0
+        self._expired = False
+        """The timer cancelled the reading task: a timeout."""
 
     async def read(self, stall: float | None = None) -> bytes | None:
         """The next bytes; None at the end of the answer."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if self._flowing:
             pause = self._stall if stall is None else stall
             deadline = None if pause is None else loop.time() + pause
         else:
             deadline = self._deadline
         try:
-            async with asyncio.timeout_at(deadline):
-                chunk = await anext(self._chunks, None)
+            chunk = await self._timed(anext(self._chunks, None), deadline)
         except TimeoutError as exc:
             if not self._flowing:
                 raise silent(self._url, self._first) from exc
@@ -97,6 +103,49 @@ class Answer:
             if len(self._head) < 1024:
                 self._head += chunk[:1024]
         return chunk
+
+    async def _timed(self, read: Awaitable[bytes | None], deadline: float | None) -> bytes | None:
+        """``read``, or ``TimeoutError`` at ``deadline``: what ``asyncio.timeout_at`` does,
+        with one timer for many reads rather than one per read (a stream is read a chunk at
+        a time, often an event at a time). The timer stays armed across reads; when it
+        fires during a read past its deadline it cancels the reading task, else it is
+        armed again for the deadline of the read under way, if any."""
+        if deadline is None:
+            return await read
+        task = asyncio.current_task()
+        assert task is not None
+        self._reading, self._read_deadline = task, deadline
+        if self._watch is None or self._watch.when() > deadline:
+            if self._watch is not None:
+                self._watch.cancel()
+            self._watch = self._loop.call_at(deadline, self._check_read)
+        try:
+            return await read
+        except asyncio.CancelledError:
+            if self._expired:
+                self._expired = False
+                if task.uncancel() == 0:  # ours alone: a timeout, not a cancellation
+                    raise TimeoutError from None
+            raise
+        finally:
+            self._reading = None
+
+    def _check_read(self) -> None:
+        self._watch = None
+        task = self._reading
+        if task is None:
+            return  # between reads: the next one arms it
+        if self._loop.time() >= self._read_deadline:
+            self._expired = True
+            task.cancel()
+        else:
+            self._watch = self._loop.call_at(self._read_deadline, self._check_read)
+
+    def close_timer(self) -> None:
+        """Drop the read timer (the answer is done with)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     async def read_all(self, limit: int) -> bytes:
         """The answer's bytes up to ``limit`` (what came before a timeout or a break)."""

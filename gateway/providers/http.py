@@ -221,8 +221,8 @@ class HttpProvider(abc.ABC):
         except httpx.TransportError as exc:
             raise self._unreachable(url, exc) from exc
         finish: ModelFinish | None = None
+        body = Answer(response, url, deadline, self.settings)
         try:
-            body = Answer(response, url, deadline, self.settings)
             await check(response, body, url, self.settings.max_retry_after)
             async with (
                 contextlib.aclosing(body.events()) as events,
@@ -252,6 +252,7 @@ class HttpProvider(abc.ABC):
                 )
             await body.drain()
         finally:
+            body.close_timer()
             await response.aclose()
         yield finish
 
@@ -281,9 +282,15 @@ def _backoff(attempt: int) -> float:
 def json_object(data: str) -> dict[str, Any]:
     """One streamed chunk, which must be a JSON object."""
     try:
-        value = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise stream_error("sent a chunk that is not JSON") from exc
+        value = msgspec.json.decode(data)  # several times faster, on every chunk
+    except msgspec.DecodeError:
+        # What msgspec refuses and Python's json takes: half of a UTF-16 surrogate pair
+        # escaped (a server cutting an emoji between chunks; gateway.text pairs them
+        # again), NaN. Anything else fails here too.
+        try:
+            value = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise stream_error("sent a chunk that is not JSON") from exc
     if not isinstance(value, dict):
         raise stream_error("sent a chunk that is not a JSON object")
     return value
