@@ -13,10 +13,12 @@ gateway, direct, ...), after a warm-up:
   round (the history stays one message, as in the direct request), from sending
   ``user.message`` to the first ``text.delta``, and to ``response.done``.
 
-The gateway runs on CPU 0; llmock and this process (the load generator) on CPU 1. The
-direct rounds read from CPU 0 (``--direct-cpu``), where the gateway, idle meanwhile,
-reads in its rounds: both readers then have a core of their own, away from llmock's.
-Prints figures; asserts nothing.
+The gateway runs on CPU 0, llmock on CPU 1. Every round reads from CPU 0 (``--direct-cpu``):
+the direct reader there (the gateway is idle meanwhile), and in the gateway's rounds the
+WebSocket client, beside the gateway. So llmock has its core to itself in both, and the
+consumer side of the stream is on the other: the direct reader alone, or the gateway and
+its client. (The client used to read from llmock's core, where its CPU slowed llmock down
+in the gateway's rounds only.) Prints figures; asserts nothing.
 
     .venv/bin/python -m bench.upstream [--words 200] [--rounds 200] [--warmup 10]
 """
@@ -154,7 +156,17 @@ async def _read_direct(client: httpx.AsyncClient, url: str) -> Round:
     return Round(first - started, time.perf_counter() - started, deltas)
 
 
-async def gateway_round(url: str) -> Round:
+async def gateway_round(url: str, cpu: int | None) -> Round:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        return await _read_gateway(url)
+    finally:
+        if cpu is not None:
+            pin_self()
+
+
+async def _read_gateway(url: str) -> Round:
     ws = await connect(url)
     try:
         ws.send(_encode({"type": "session.start"}))
@@ -192,7 +204,7 @@ async def run(llmock: Server, gw: Server, rounds: int, warmup: int, cpu: int | N
             before = _cpu(llmock, gw)
             direct = await direct_round(client, url, cpu)
             middle = _cpu(llmock, gw)
-            through = await gateway_round(ws_url)
+            through = await gateway_round(ws_url, cpu)
             after = _cpu(llmock, gw)
             if n >= warmup:
                 out.direct.append(direct)
@@ -260,7 +272,7 @@ def main() -> None:
         "--direct-cpu",
         type=int,
         default=SERVER_CPU,
-        help="CPU the direct rounds read from (default: the gateway's, idle then)",
+        help="CPU every round reads from (default: the gateway's; llmock keeps its own)",
     )
     parser.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # the llmock process
     args = parser.parse_args()
@@ -273,7 +285,7 @@ def main() -> None:
         gateway=SERVER_CPU,
         llmock=CLIENT_CPU,
         load_generator=CLIENT_CPU,
-        direct_reader=args.direct_cpu,
+        readers=args.direct_cpu,
     )
     print(f"# bench.upstream: {machine()}; {where}")
     llmock_argv = [sys.executable, "-m", "bench.upstream"]
