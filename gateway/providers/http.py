@@ -44,6 +44,7 @@ from gateway.providers.answer import Answer, check, silent
 from gateway.providers.base import Capabilities, RetryListener
 from gateway.providers.failure import Attempt, display_url, seconds, transport_cause
 from gateway.providers.sse import SseEvent
+from gateway.providers.wire import AiohttpTransport
 
 __all__ = [
     "HttpModel",
@@ -187,7 +188,10 @@ class HttpProvider(abc.ABC):
             timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=connect)
             most = self.settings.max_connections
             limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
-            client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self.transport)
+            transport = self.transport or AiohttpTransport(
+                max_connections=most, connect_timeout=connect
+            )
+            client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
             self._clients[loop] = client
         return client
 
