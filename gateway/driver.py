@@ -63,7 +63,7 @@ from gateway.event import (
 )
 from gateway.flag import Flag, Mailbox
 from gateway.inbox import Backlog
-from gateway.model import ModelFinish, ModelText
+from gateway.model import ModelEvent, ModelFinish, ModelText
 from gateway.observe import LogObserver, SessionObserver
 from gateway.protocol import (
     Ack,
@@ -100,8 +100,9 @@ loop run the others (one ``sleep(0)``: a few µs, every 32 events)."""
 _MODEL_YIELD_FIRST = 4
 _MODEL_YIELD_EVERY = 16
 """A model step's reader hands the loop over after each of its first ``_MODEL_YIELD_FIRST``
-events, then every this many (``bench/first_delta.py``: a 500-chunk burst's first delta
-reaches the client 8 ms after the request, 25 ms without)."""
+events, then every this many it reads in one round of the loop (a burst; a paced stream
+gives the loop back between its events anyway). ``bench/first_delta.py``: a 500-chunk
+burst's first delta reaches the client 8 ms after the request, 25 ms without."""
 
 
 _POSTING: set[asyncio.Task[None]] = set()
@@ -914,29 +915,34 @@ class Driver:
         may end the session: whatever fails here fails the step, and so the response."""
         step_id = effect.step_id
         finished = False
-        fed = 0
+        fed = burst = 0
+        seen_round = -1
         pairer = SurrogatePairer()  # an emoji cut in two by the server must not end anything
         try:
             async for received in self._provider.stream(effect.request):
-                for event in pairer.events(received):
-                    if type(event) is ModelText and self._idle():  # most events
-                        # The short path: the loop is idle, so applying the text here keeps
-                        # the order, and saves two task switches per delta.
-                        self._apply_text(step_id, event.text)
-                        continue
-                    problem = uncarriable(event)
-                    if problem is not None:
-                        log.warning("model_output_refused", response_id=effect.response_id)
-                        self.feed(ModelFailed(step_id, problem, retryable=False))
-                        return
-                    self._model_backlog.add()
-                    self.feed(ModelOutput(step_id, event))
+                if (
+                    type(received) is ModelText
+                    and not pairer.held
+                    and received.text.isascii()
+                    and self._idle()
+                ):
+                    # Most events: the short path (the loop is idle, so applying the text
+                    # here keeps the order and saves two task switches per delta), for a
+                    # text the surrogate pairer would pass untouched.
+                    self._apply_text(step_id, received.text)
+                elif not self._feed_model(step_id, effect.response_id, pairer, received):
+                    return
                 fed += 1
-                if fed <= _MODEL_YIELD_FIRST or fed % _MODEL_YIELD_EVERY == 0:
+                round_ = _ROUNDS.current(self._loop)
+                if round_ != seen_round:
+                    seen_round, burst = round_, 0
+                burst += 1
+                if fed <= _MODEL_YIELD_FIRST or burst % _MODEL_YIELD_EVERY == 0:
                     # A burst parsed from one read never yields on its own: hand the loop
                     # to the session and its socket's writer now and then, and after each
-                    # of the first events (the first delta takes a few turns of the loop
-                    # to reach the socket), so it goes out before the rest is read.
+                    # of the step's first events (the first delta takes a few turns of
+                    # the loop to reach the socket), so it goes out before the rest is read.
+                    # A paced stream yields between its events anyway: no extra turn.
                     await asyncio.sleep(0)
                 if self._model_backlog.full:
                     await self._model_backlog.room.wait()  # a fast model waits for the session
@@ -953,6 +959,24 @@ class Driver:
             return
         if not finished:
             self.feed(ModelFailed(step_id, "the model stream ended before it finished"))
+
+    def _feed_model(
+        self, step_id: str, response_id: str, pairer: SurrogatePairer, received: ModelEvent
+    ) -> bool:
+        """Feed one event of the model (what the pairer makes of it) to the session;
+        ``False`` when it cannot be carried (the step has failed)."""
+        for event in pairer.events(received):
+            if type(event) is ModelText and self._idle():
+                self._apply_text(step_id, event.text)  # the short path, as above
+                continue
+            problem = uncarriable(event)
+            if problem is not None:
+                log.warning("model_output_refused", response_id=response_id)
+                self.feed(ModelFailed(step_id, problem, retryable=False))
+                return False
+            self._model_backlog.add()
+            self.feed(ModelOutput(step_id, event))
+        return True
 
     async def _run_tool(self, effect: RunTool) -> None:
         tool = self._server_tools.get(effect.tool)

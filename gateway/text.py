@@ -49,18 +49,20 @@ class SurrogatePairer:
     """Fixes the events of one model step, in order (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._held = ""
+        self.held = ""
+        """A high surrogate waiting for its pair (read by the driver's short path: an ASCII
+        text with nothing held passes untouched)."""
 
     def events(self, event: ModelEvent) -> list[ModelEvent]:
         """What to pass on for ``event``: none while a half waits for its pair."""
-        if type(event) is ModelText and not self._held and event.text.isascii():
+        if type(event) is ModelText and not self.held and event.text.isascii():
             return [event]  # the usual case, on the path of every delta
         match event:
             case ModelText(text=text):
-                text = self._held + text
-                self._held = ""
+                text = self.held + text
+                self.held = ""
                 if _HIGH.search(text):  # its other half may come with the next piece
-                    text, self._held = text[:-1], text[-1]
+                    text, self.held = text[:-1], text[-1]
                 text = without_lone_surrogates(text)
                 return [ModelText(text)] if text else []
             case ModelToolCall(args=args):
@@ -78,9 +80,9 @@ class SurrogatePairer:
 
     def _flush(self) -> list[ModelEvent]:
         """A half still held never got its pair: it goes as U+FFFD."""
-        if not self._held:
+        if not self.held:
             return []
-        self._held = ""
+        self.held = ""
         return [ModelText(_REPLACEMENT)]
 
 
