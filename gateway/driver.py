@@ -218,14 +218,12 @@ class Driver:
         "_checkpoint_seq",
         "_client_backlog",
         "_clock",
-        "_commit_now",
         "_conn",
         "_detached_at",
         "_ending",
         "_events",
         "_flush_scheduled",
         "_history_mark",
-        "_log_now",
         "_log_only",
         "_loop",
         "_model_backlog",
@@ -233,6 +231,7 @@ class Driver:
         "_parked",
         "_pending",
         "_provider",
+        "_quick",
         "_round",
         "_server_tools",
         "_since_checkpoint",
@@ -296,12 +295,9 @@ class Driver:
         self.moved = False
         """The session left this node (lease lost, or handed over at shutdown): it goes on
         elsewhere, so it is not ended here."""
-        quick = store if isinstance(store, MemoryStore) and lease is None else None
-        self._commit_now = quick.commit_now if quick is not None else None
-        """A commit that never waits: with it, text deltas take the short path (see the
-        module docstring)."""
-        self._log_now = quick.log_now if quick is not None else None
-        """``_commit_now`` of events alone."""
+        self._quick = store if isinstance(store, MemoryStore) and lease is None else None
+        """A store whose commit never waits: with it, text deltas take the short path (see
+        the module docstring)."""
         self._parked = False
         """The loop waits for an event on an empty queue (``_next_event``)."""
         self._flush_scheduled = False
@@ -381,7 +377,7 @@ class Driver:
         """The loop waits on an empty queue and the store commits at once: an event that
         only adds to the log may be applied by whoever has it, in order, without waking
         the loop (the short path). Such an event moves no deadline."""
-        return self._parked and self._commit_now is not None and self._events.empty()
+        return self._parked and self._quick is not None and self._events.empty()
 
     async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
         """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
@@ -505,9 +501,9 @@ class Driver:
         self.session.receive(failed, now=self._clock())
 
     def _apply_text(self, step_id: str, text: str) -> None:
-        """``_apply`` for a model's text on the short path, flushed at the end of this
-        round of the loop: it only adds to the log, and leaves the response running
-        (unless the core failed it). The path of every delta: as few calls as can be."""
+        """``_apply`` for a model's text on the short path, then ``_flush_soon``: it only
+        adds to the log, and leaves the response running (unless the core failed it). The
+        path of every delta: as few calls as can be."""
         session = self.session
         try:
             session.model_text(step_id, text, now=self._clock())
@@ -589,7 +585,8 @@ class Driver:
         """``_flush`` with a commit that never waits, for what the short path applied;
         unless the loop is busy with an event: its own flush takes them, in order."""
         self._flush_scheduled = False
-        if not self._parked or self._commit_now is None:
+        quick = self._quick
+        if not self._parked or quick is None:
             return
         batch = self._take_batch()
         if batch is None:
@@ -597,9 +594,9 @@ class Driver:
         effects, sends, calls, _ = batch
         events = [(msg.seq or 0, data) for msg, data in sends]
         if calls:
-            self._commit_now(self.session.session_id, None, state=None, events=events, calls=calls)
-        elif self._log_now is not None:  # the usual case: deltas, pongs
-            self._log_now(self.session.session_id, events)
+            quick.commit_now(self.session.session_id, None, state=None, events=events, calls=calls)
+        else:  # the usual case: deltas, pongs
+            quick.log_now(self.session.session_id, events)
         self._carry_out(effects, sends)
 
     def _take_batch(

@@ -17,7 +17,6 @@ Connections are pooled per transport (one per event loop, as the httpx client is
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import AsyncIterator
 
@@ -119,9 +118,6 @@ class _Body(httpx.AsyncByteStream):
             raise httpx.RemoteProtocolError(str(exc), request=self._request) from exc
         except aiohttp.ClientError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__, request=self._request) from exc
-        except asyncio.CancelledError:
-            self._response.close()
-            raise
         self._ended = True
 
     async def aclose(self) -> None:
