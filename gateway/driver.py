@@ -34,9 +34,10 @@ outcomes are posted to the session's inbox for the node that owns it now.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import structlog
@@ -75,7 +76,7 @@ from gateway.protocol import (
     SessionUpdate,
     encode,
 )
-from gateway.providers.base import Provider
+from gateway.providers.base import Provider, Pushes
 from gateway.routing import decode_routed, encode_routed
 from gateway.server_tool import Progress, ServerTool
 from gateway.session import LOG_ONLY, Session
@@ -186,6 +187,44 @@ class _Rounds:
 
 
 _ROUNDS = _Rounds()
+
+
+@functools.cache
+def _pushes(kind: type) -> bool:
+    """Whether providers of ``kind`` push (once per class: a protocol's ``isinstance``
+    costs tens of microseconds)."""
+    return issubclass(kind, Pushes)
+
+
+class _PushedStep:
+    """The sink a provider that pushes (``Pushes``) gives one step's events to: the same
+    paths as ``Driver._pull_model``'s loop, called from the provider's callbacks."""
+
+    __slots__ = ("_driver", "_pairer", "_response_id", "_step_id", "failed", "finished")
+
+    def __init__(self, driver: Driver, step_id: str, response_id: str) -> None:
+        self._driver = driver
+        self._step_id = step_id
+        self._response_id = response_id
+        self._pairer = SurrogatePairer()
+        self.finished = False
+        self.failed = False
+
+    def take(self, received: ModelEvent) -> bool:
+        driver = self._driver
+        if (
+            type(received) is ModelText
+            and not self._pairer.held
+            and received.text.isascii()
+            and driver._idle()
+        ):
+            driver._apply_text(self._step_id, received.text)  # the short path
+        elif not driver._feed_model(self._step_id, self._response_id, self._pairer, received):
+            self.failed = True
+            return False
+        if type(received) is ModelFinish:
+            self.finished = True
+        return True
 
 
 class Driver:
@@ -911,41 +950,17 @@ class Driver:
         """Feed the model's events for one step to the core. Nothing the model sends
         may end the session: whatever fails here fails the step, and so the response."""
         step_id = effect.step_id
-        finished = False
-        fed = burst = 0
-        seen_round = -1
-        pairer = SurrogatePairer()  # an emoji cut in two by the server must not end anything
         try:
-            async for received in self._provider.stream(effect.request):
-                if (
-                    type(received) is ModelText
-                    and not pairer.held
-                    and received.text.isascii()
-                    and self._idle()
-                ):
-                    # Most events: the short path (the loop is idle, so applying the text
-                    # here keeps the order and saves two task switches per delta), for a
-                    # text the surrogate pairer would pass untouched.
-                    self._apply_text(step_id, received.text)
-                elif not self._feed_model(step_id, effect.response_id, pairer, received):
-                    return
-                fed += 1
-                round_ = _ROUNDS.current(self._loop)
-                if round_ != seen_round:
-                    seen_round, burst = round_, 0
-                burst += 1
-                if fed <= _MODEL_YIELD_FIRST or burst % _MODEL_YIELD_EVERY == 0:
-                    # A burst parsed from one read never yields on its own: hand the loop
-                    # to the session and its socket's writer now and then, and after each
-                    # of the step's first events (the first delta takes a few turns of
-                    # the loop to reach the socket), so it goes out before the rest is read.
-                    # A paced stream yields between its events anyway: no extra turn.
-                    await asyncio.sleep(0)
-                if self._model_backlog.full:
-                    await self._model_backlog.room.wait()  # a fast model waits for the session
-                if type(received) is ModelFinish:
-                    finished = True
-                    break
+            played = None
+            if _pushes(type(self._provider)):
+                step = _PushedStep(self, step_id, effect.response_id)
+                pushing = cast(Pushes, self._provider)
+                played = pushing.push(effect.request, step.take, self._model_backlog)
+            if played is not None:
+                await played
+                finished = step.finished or step.failed
+            else:
+                finished = await self._pull_model(effect)
         except ProviderError as exc:
             log.warning("model_failed", response_id=effect.response_id, error=str(exc))
             self.feed(ModelFailed(step_id, f"the model failed: {exc}", retryable=exc.retryable))
@@ -956,6 +971,44 @@ class Driver:
             return
         if not finished:
             self.feed(ModelFailed(step_id, "the model stream ended before it finished"))
+
+    async def _pull_model(self, effect: CallModel) -> bool:
+        """``_stream_model`` for a model that streams: ``False`` when its stream ended
+        before it finished (``True`` too when the step failed: it is over)."""
+        step_id = effect.step_id
+        fed = burst = 0
+        seen_round = -1
+        pairer = SurrogatePairer()  # an emoji cut in two by the server must not end anything
+        async for received in self._provider.stream(effect.request):
+            if (
+                type(received) is ModelText
+                and not pairer.held
+                and received.text.isascii()
+                and self._idle()
+            ):
+                # Most events: the short path (the loop is idle, so applying the text
+                # here keeps the order and saves two task switches per delta), for a
+                # text the surrogate pairer would pass untouched.
+                self._apply_text(step_id, received.text)
+            elif not self._feed_model(step_id, effect.response_id, pairer, received):
+                return True
+            fed += 1
+            round_ = _ROUNDS.current(self._loop)
+            if round_ != seen_round:
+                seen_round, burst = round_, 0
+            burst += 1
+            if fed <= _MODEL_YIELD_FIRST or burst % _MODEL_YIELD_EVERY == 0:
+                # A burst parsed from one read never yields on its own: hand the loop
+                # to the session and its socket's writer now and then, and after each
+                # of the step's first events (the first delta takes a few turns of
+                # the loop to reach the socket), so it goes out before the rest is read.
+                # A paced stream yields between its events anyway: no extra turn.
+                await asyncio.sleep(0)
+            if self._model_backlog.full:
+                await self._model_backlog.room.wait()  # a fast model waits for the session
+            if type(received) is ModelFinish:
+                return True
+        return False
 
     def _feed_model(
         self, step_id: str, response_id: str, pairer: SurrogatePairer, received: ModelEvent

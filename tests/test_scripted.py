@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gateway.errors import ConfigError, ProviderError
+from gateway.flag import Flag
 from gateway.model import (
     ModelEvent,
     ModelFinish,
@@ -15,6 +18,7 @@ from gateway.model import (
     ModelToolCall,
     ToolSchema,
 )
+from gateway.pacer import pacer
 from gateway.providers.scripted import (
     RULE_TEXT_MAX_CHARS,
     ResultRule,
@@ -163,3 +167,118 @@ async def test_rules_see_only_the_start_of_a_long_message():
     text = "a" * RULE_TEXT_MAX_CHARS + "b tail"
     events = await play(user(text), scenario)
     assert "".join(e.text for e in events if isinstance(e, ModelText)) == "all a"
+
+
+# ----------------------------------------------------------- pushed (paced) answers
+
+
+class _Room:
+    """What the session's model backlog offers a provider that pushes."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.room = Flag(True)
+
+
+def paced(pace: float = 0.001) -> ScriptedProvider:
+    return ScriptedProvider(msgspec.structs.replace(SCENARIO, pace=pace))
+
+
+async def pushed(provider: ScriptedProvider, request: ModelRequest) -> list[ModelEvent]:
+    seen: list[ModelEvent] = []
+
+    def sink(event: ModelEvent) -> bool:
+        seen.append(event)
+        return True
+
+    played = provider.push(request, sink, _Room())
+    assert played is not None
+    await asyncio.wait_for(played, 10)
+    return seen
+
+
+@pytest.mark.parametrize("text", ["say  hello   there ", "store near 92031", "nothing matches"])
+async def test_a_paced_answer_pushed_is_the_answer_streamed(text: str):
+    provider = paced()
+    assert await pushed(provider, user(text)) == [e async for e in provider.stream(user(text))]
+
+
+async def test_at_pace_zero_the_model_streams_instead():
+    assert ScriptedProvider(SCENARIO).push(user("say hi"), lambda e: True, _Room()) is None
+
+
+async def test_a_pushed_error_rule_gives_its_words_then_fails():
+    seen: list[ModelEvent] = []
+
+    def sink(event: ModelEvent) -> bool:
+        seen.append(event)
+        return True
+
+    played = paced().push(user("fail"), sink, _Room())
+    assert played is not None
+    with pytest.raises(ProviderError, match="cut"):
+        await asyncio.wait_for(played, 10)
+    assert seen == [ModelText("half")]
+
+
+async def test_a_sink_that_says_stop_gets_nothing_more():
+    seen: list[ModelEvent] = []
+
+    def sink(event: ModelEvent) -> bool:
+        seen.append(event)
+        return False  # the step failed
+
+    played = paced().push(user("say one two three"), sink, _Room())
+    assert played is not None
+    await asyncio.wait_for(played, 10)
+    assert seen == [ModelText("You ")]
+
+
+async def test_cancelling_a_pushed_answer_stops_its_words():
+    seen: list[ModelEvent] = []
+    first = asyncio.get_running_loop().create_future()
+
+    def sink(event: ModelEvent) -> bool:
+        seen.append(event)
+        if not first.done():
+            first.set_result(None)
+        return True
+
+    played = paced(0.01).push(user("say " + "word " * 50), sink, _Room())
+    assert isinstance(played, asyncio.Future)
+    await asyncio.wait_for(first, 10)
+    played.cancel()
+    after_cancel = len(seen)
+    # The words were due every 10 ms: wait for the pacer to pass several of their turns.
+    passed = asyncio.get_running_loop().create_future()
+    pacer_of_loop = pacer()
+    pacer_of_loop.call_at(asyncio.get_running_loop().time() + 0.1, lambda: passed.set_result(None))
+    await asyncio.wait_for(passed, 10)
+    assert len(seen) == after_cancel == 1
+
+
+async def test_a_pushed_answer_waits_while_the_session_has_no_room():
+    room = _Room()
+    seen: list[ModelEvent] = []
+    first = asyncio.get_running_loop().create_future()
+
+    def sink(event: ModelEvent) -> bool:
+        seen.append(event)
+        if len(seen) == 1:
+            room.full = True  # the session's backlog of the model's events is full
+            room.room.clear()
+            first.set_result(None)
+        return True
+
+    played = paced().push(user("say one two"), sink, room)
+    assert played is not None
+    await asyncio.wait_for(first, 10)
+    passed = asyncio.get_running_loop().create_future()
+    pacer().call_at(asyncio.get_running_loop().time() + 0.05, lambda: passed.set_result(None))
+    await asyncio.wait_for(passed, 10)
+    assert seen == [ModelText("You ")]  # the rest was due long ago, and waits
+    room.full = False
+    room.room.set()
+    await asyncio.wait_for(played, 10)
+    assert [e.text for e in seen if isinstance(e, ModelText)] == ["You ", "said: ", "one ", "two"]
+    assert isinstance(seen[-1], ModelFinish)

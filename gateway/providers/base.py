@@ -7,14 +7,23 @@ can do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 import msgspec
 
 from gateway.model import ModelEvent, ModelRequest
 
-__all__ = ["Capabilities", "Provider", "ReportsRetries", "RetryListener"]
+__all__ = [
+    "Capabilities",
+    "ModelSink",
+    "Provider",
+    "Pushes",
+    "ReportsRetries",
+    "RetryListener",
+    "Room",
+    "Signal",
+]
 
 
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,6 +49,44 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release pooled connections; called once when the gateway stops."""
+
+
+ModelSink = Callable[[ModelEvent], bool]
+"""Takes one event of the model (in ``stream``'s order); ``False`` when the step is over
+(it failed): the provider then stops and sends nothing more."""
+
+
+class Signal(Protocol):
+    """Calls back once something happens (``gateway.flag.Flag`` fits)."""
+
+    def on_set(self, callback: Callable[[], None]) -> None: ...
+
+
+class Room(Protocol):
+    """Whether the session can take more of a model's events now: while ``full``, a
+    provider that pushes waits for ``room`` (a session busy with other events holds a
+    bounded backlog of the model's)."""
+
+    full: bool
+
+    @property
+    def room(self) -> Signal: ...
+
+
+@runtime_checkable
+class Pushes(Protocol):
+    """A provider that can also hand its events over from its own loop callbacks, with no
+    task switch per event (``Provider.stream`` costs one per event that waits).
+
+    ``push`` returns ``None`` when it would rather stream this request (the driver then
+    calls ``stream``); else an asyncio future that ends once the last event was given to
+    ``sink`` (or ``sink`` said stop), or fails as ``stream`` would raise. Cancelling it
+    (the task awaiting it is cancelled) stops the events at once.
+    """
+
+    def push(
+        self, request: ModelRequest, sink: ModelSink, room: Room
+    ) -> Awaitable[None] | None: ...
 
 
 RetryListener = Callable[[str], None]

@@ -27,7 +27,8 @@ from gateway.model import (
     ModelToolCall,
     ModelUsage,
 )
-from gateway.providers.base import Capabilities
+from gateway.pacer import RESOLUTION, Pacer, pacer
+from gateway.providers.base import Capabilities, ModelSink, Room
 from gateway.transcript import (
     CANCELLED,
     PENDING,
@@ -220,8 +221,7 @@ class ScriptedProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Play the answer to the request's last item."""
-        offered = {tool.name for tool in request.tools}
-        say, calls, error, pace = self._answer(request, offered)
+        say, calls, error, pace = self._answer(request, {tool.name for tool in request.tools})
         loop = asyncio.get_running_loop()
         started, words = loop.time(), 0
         # Paced, each word waits its turn anyway: split them all at once. At pace 0, lazily:
@@ -237,12 +237,21 @@ class ScriptedProvider:
             yield ModelText(word)
         if error is not None:
             raise ProviderError(error)
-        for name, args in calls:
-            yield ModelToolCall(name=name, args=args)
-        yield ModelFinish(
-            reason="tool_calls" if calls else "stop",
-            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=words),
-        )
+        for event in _ending(request, calls, words):
+            yield event
+
+    def push(
+        self, request: ModelRequest, sink: ModelSink, room: Room
+    ) -> asyncio.Future[None] | None:
+        """``stream``'s events for a paced answer, from the loop's ``Pacer``: no timer
+        and no task switch per word. ``None`` at pace 0 (``stream`` is cheaper there: it
+        gives a burst of words in one turn of the loop)."""
+        say, calls, error, pace = self._answer(request, {tool.name for tool in request.tools})
+        if not pace:
+            return None
+        play = _Play(request, _words(say), calls, error, pace, sink, room)
+        play.start()
+        return play.done
 
     def _answer(
         self, request: ModelRequest, offered: set[str]
@@ -297,6 +306,112 @@ class ScriptedProvider:
             texts.append(text)
             calls += more
         return " ".join(text for text in texts if text), calls
+
+
+def _ending(
+    request: ModelRequest, calls: list[tuple[str, dict[str, Any]]], words: int
+) -> list[ModelEvent]:
+    """What follows an answer's words: its tool calls, then the finish."""
+    events: list[ModelEvent] = [ModelToolCall(name=name, args=args) for name, args in calls]
+    events.append(
+        ModelFinish(
+            reason="tool_calls" if calls else "stop",
+            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=words),
+        )
+    )
+    return events
+
+
+class _Play:
+    """One paced answer given to a sink from the pacer's callbacks (``ScriptedProvider.push``).
+
+    Word ``k`` (from 1) is due ``k * pace`` after the start, as ``stream`` has it. Each
+    call gives the sink every word due by then: one, unless the loop fell behind; then
+    the late ones go together (and so in one socket write), and the stream catches up
+    rather than drifting later and later.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_error",
+        "_loop",
+        "_next",
+        "_pace",
+        "_pacer",
+        "_request",
+        "_room",
+        "_sent",
+        "_sink",
+        "_started",
+        "_words",
+        "done",
+    )
+
+    def __init__(
+        self,
+        request: ModelRequest,
+        words: Iterator[str],
+        calls: list[tuple[str, dict[str, Any]]],
+        error: str | None,
+        pace: float,
+        sink: ModelSink,
+        room: Room,
+    ) -> None:
+        self._request = request
+        self._words = words
+        """Split as they fall due: a long answer costs nothing up front."""
+        self._next: str | None = next(words, None)
+        self._calls = calls
+        self._error = error
+        self._pace = pace
+        self._sink = sink
+        self._room = room
+        self._loop = asyncio.get_running_loop()
+        self._pacer: Pacer = pacer()
+        self._started = self._loop.time()
+        self._sent = 0
+        self.done: asyncio.Future[None] = self._loop.create_future()
+
+    def start(self) -> None:
+        self._pacer.call_at(self._started + self._pace, self._play)
+
+    def _play(self) -> None:
+        if self.done.done():  # cancelled, or the sink said stop
+            return
+        try:
+            self._give_due()
+        except Exception as exc:  # the sink's: the driver reports it as a crashed model
+            if not self.done.done():
+                self.done.set_exception(exc)
+
+    def _give_due(self) -> None:
+        sink = self._sink
+        # What is due within the pacer's resolution counts as due now (see gateway.pacer).
+        due = int((self._loop.time() + RESOLUTION - self._started) / self._pace)
+        while self._sent < due and (word := self._next) is not None:
+            self._next = next(self._words, None)
+            self._sent += 1
+            if not sink(ModelText(word)):
+                self.done.set_result(None)
+                return
+            if self._room.full:  # the session is busy: wait for it, then go on
+                self._room.room.on_set(self._resume)
+                return
+        if self._next is not None:
+            self._pacer.call_at(self._started + (self._sent + 1) * self._pace, self._play)
+            return
+        if self._error is not None:
+            self.done.set_exception(ProviderError(self._error))
+            return
+        for event in _ending(self._request, self._calls, self._sent):
+            if not sink(event):
+                break
+        self.done.set_result(None)
+
+    def _resume(self) -> None:
+        # Called as the room flag is set, from inside the session's loop: play from a
+        # callback of our own instead.
+        self._loop.call_soon(self._play)
 
 
 def _by_tool(rules: list[ResultRule]) -> dict[str, list[ResultRule]]:
