@@ -228,20 +228,25 @@ class _PushedStep:
         self.finished = False
         self.failed = False
 
-    def take(self, received: ModelEvent) -> bool:
+    def take(self, events: list[ModelEvent]) -> bool:
         driver = self._driver
-        if (
-            type(received) is ModelText
-            and not self._pairer.held
-            and received.text.isascii()
-            and driver._idle()
-        ):
-            driver._apply_text(self._step_id, received.text)  # the short path
-        elif not driver._feed_model(self._step_id, self._response_id, self._pairer, received):
-            self.failed = True
-            return False
-        if type(received) is ModelFinish:
-            self.finished = True
+        applied = False
+        for received in events:
+            if (
+                type(received) is ModelText
+                and not self._pairer.held
+                and received.text.isascii()
+                and driver._idle()
+            ):
+                driver._take_text(self._step_id, received.text)  # the short path
+                applied = True
+            elif not driver._feed_model(self._step_id, self._response_id, self._pairer, received):
+                self.failed = True
+                return False
+            if type(received) is ModelFinish:
+                self.finished = True
+        if applied:
+            driver._flush_soon()  # all of them in one write
         return True
 
 
@@ -563,6 +568,11 @@ class Driver:
         """``_apply`` for a model's text on the short path, then ``_flush_soon``: it only
         adds to the log, and leaves the response running (unless the core failed it). The
         path of every delta: as few calls as can be."""
+        self._take_text(step_id, text)
+        self._flush_soon()
+
+    def _take_text(self, step_id: str, text: str) -> None:
+        """``_apply_text`` without the flush: the caller flushes after the last of several."""
         session = self.session
         try:
             session.model_text(step_id, text, now=self._clock())
@@ -572,7 +582,6 @@ class Driver:
         self._changed = True
         if not session.responding:
             self.quiet.set()
-        self._flush_soon()
 
     def _apply(self, event: Event) -> None:
         """``_receive``, and keep what the driver tracks of the session up to date."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import msgspec
@@ -187,8 +188,8 @@ def paced(pace: float = 0.001) -> ScriptedProvider:
 async def pushed(provider: ScriptedProvider, request: ModelRequest) -> list[ModelEvent]:
     seen: list[ModelEvent] = []
 
-    def sink(event: ModelEvent) -> bool:
-        seen.append(event)
+    def sink(events: list[ModelEvent]) -> bool:
+        seen.extend(events)
         return True
 
     played = provider.push(request, sink, _Room())
@@ -204,14 +205,14 @@ async def test_a_paced_answer_pushed_is_the_answer_streamed(text: str):
 
 
 async def test_at_pace_zero_the_model_streams_instead():
-    assert ScriptedProvider(SCENARIO).push(user("say hi"), lambda e: True, _Room()) is None
+    assert ScriptedProvider(SCENARIO).push(user("say hi"), lambda events: True, _Room()) is None
 
 
 async def test_a_pushed_error_rule_gives_its_words_then_fails():
     seen: list[ModelEvent] = []
 
-    def sink(event: ModelEvent) -> bool:
-        seen.append(event)
+    def sink(events: list[ModelEvent]) -> bool:
+        seen.extend(events)
         return True
 
     played = paced().push(user("fail"), sink, _Room())
@@ -222,24 +223,25 @@ async def test_a_pushed_error_rule_gives_its_words_then_fails():
 
 
 async def test_a_sink_that_says_stop_gets_nothing_more():
-    seen: list[ModelEvent] = []
+    calls: list[list[ModelEvent]] = []
 
-    def sink(event: ModelEvent) -> bool:
-        seen.append(event)
+    def sink(events: list[ModelEvent]) -> bool:
+        calls.append(events)
         return False  # the step failed
 
     played = paced().push(user("say one two three"), sink, _Room())
     assert played is not None
     await asyncio.wait_for(played, 10)
-    assert seen == [ModelText("You ")]
+    assert len(calls) == 1
+    assert calls[0][0] == ModelText("You ")
 
 
 async def test_cancelling_a_pushed_answer_stops_its_words():
     seen: list[ModelEvent] = []
     first = asyncio.get_running_loop().create_future()
 
-    def sink(event: ModelEvent) -> bool:
-        seen.append(event)
+    def sink(events: list[ModelEvent]) -> bool:
+        seen.extend(events)
         if not first.done():
             first.set_result(None)
         return True
@@ -262,23 +264,43 @@ async def test_a_pushed_answer_waits_while_the_session_has_no_room():
     seen: list[ModelEvent] = []
     first = asyncio.get_running_loop().create_future()
 
-    def sink(event: ModelEvent) -> bool:
-        seen.append(event)
-        if len(seen) == 1:
+    def sink(events: list[ModelEvent]) -> bool:
+        seen.extend(events)
+        if not first.done():
             room.full = True  # the session's backlog of the model's events is full
             room.room.clear()
-            first.set_result(None)
+            first.set_result(len(seen))
         return True
 
-    played = paced().push(user("say one two"), sink, room)
+    played = paced().push(user("say " + "word " * 20), sink, room)
     assert played is not None
-    await asyncio.wait_for(first, 10)
+    given = await asyncio.wait_for(first, 10)
     passed = asyncio.get_running_loop().create_future()
     pacer().call_at(asyncio.get_running_loop().time() + 0.05, lambda: passed.set_result(None))
     await asyncio.wait_for(passed, 10)
-    assert seen == [ModelText("You ")]  # the rest was due long ago, and waits
+    assert len(seen) == given < 22  # the rest was due long ago, and waits
     room.full = False
     room.room.set()
     await asyncio.wait_for(played, 10)
-    assert [e.text for e in seen if isinstance(e, ModelText)] == ["You ", "said: ", "one ", "two"]
+    assert len([e for e in seen if isinstance(e, ModelText)]) == 22
     assert isinstance(seen[-1], ModelFinish)
+
+
+async def test_words_due_together_reach_the_session_in_one_call():
+    """A stream that fell behind (the loop was busy) catches up: its late words are given
+    at once, and so go out in one socket write."""
+    calls: list[list[ModelEvent]] = []
+
+    def sink(events: list[ModelEvent]) -> bool:
+        calls.append(events)
+        return True
+
+    provider = paced(0.001)
+    played = provider.push(user("say " + "word " * 20), sink, _Room())
+    assert played is not None
+    # The event loop held up (blocking it is the point): about ten words fall due meanwhile.
+    time.sleep(0.010)  # noqa: ASYNC251
+    await asyncio.wait_for(played, 10)
+    texts = [e for events in calls for e in events if isinstance(e, ModelText)]
+    assert len(texts) == 22
+    assert max(len(events) for events in calls) > 1

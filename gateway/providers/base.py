@@ -51,9 +51,10 @@ class Provider(Protocol):
         """Release pooled connections; called once when the gateway stops."""
 
 
-ModelSink = Callable[[ModelEvent], bool]
-"""Takes one event of the model (in ``stream``'s order); ``False`` when the step is over
-(it failed): the provider then stops and sends nothing more."""
+ModelSink = Callable[[list[ModelEvent]], bool]
+"""Takes events of the model, in ``stream``'s order: all those ready at once in one call
+(they go out in one socket write); ``False`` when the step is over (it failed): the
+provider then stops and sends nothing more."""
 
 
 class Signal(Protocol):

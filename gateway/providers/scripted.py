@@ -322,6 +322,10 @@ def _ending(
     return events
 
 
+_BATCH = 64
+"""At most this many late words of one answer go to the session in one call."""
+
+
 class _Play:
     """One paced answer given to a sink from the pacer's callbacks (``ScriptedProvider.push``).
 
@@ -385,17 +389,22 @@ class _Play:
                 self.done.set_exception(exc)
 
     def _give_due(self) -> None:
-        sink = self._sink
         # What is due within the pacer's resolution counts as due now (see gateway.pacer).
         due = int((self._loop.time() + RESOLUTION - self._started) / self._pace)
-        while self._sent < due and (word := self._next) is not None:
-            self._next = next(self._words, None)
-            self._sent += 1
-            if not sink(ModelText(word)):
+        if self._sent < due and self._next is not None:
+            texts: list[ModelEvent] = []
+            while self._sent < due and (word := self._next) is not None and len(texts) < _BATCH:
+                self._next = next(self._words, None)
+                self._sent += 1
+                texts.append(ModelText(word))
+            if not self._sink(texts):
                 self.done.set_result(None)
                 return
             if self._room.full:  # the session is busy: wait for it, then go on
                 self._room.room.on_set(self._resume)
+                return
+            if self._sent < due and self._next is not None:  # more than a batch was due
+                self._loop.call_soon(self._play)
                 return
         if self._next is not None:
             self._pacer.call_at(self._started + (self._sent + 1) * self._pace, self._play)
@@ -403,9 +412,7 @@ class _Play:
         if self._error is not None:
             self.done.set_exception(ProviderError(self._error))
             return
-        for event in _ending(self._request, self._calls, self._sent):
-            if not sink(event):
-                break
+        self._sink(_ending(self._request, self._calls, self._sent))
         self.done.set_result(None)
 
     def _resume(self) -> None:
