@@ -60,6 +60,23 @@ def _redact_tokens(
     return event_dict
 
 
+class _BoundLogger(structlog.stdlib.BoundLogger):
+    """stdlib's bound logger, but a debug or info line below the logger's level costs one
+    check: the stock one builds and runs the processor chain first, only for
+    ``filter_by_level`` to drop it (a few microseconds per line: a session's start logs
+    several)."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.DEBUG):
+            return None
+        return super().debug(event, *args, **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.INFO):
+            return None
+        return super().info(event, *args, **kw)
+
+
 def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
     """Send structlog and stdlib (uvicorn) logs to stderr, as JSON unless on a tty."""
     as_json = not sys.stderr.isatty() if json is None else json
@@ -82,7 +99,7 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=_BoundLogger,
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
