@@ -3,6 +3,7 @@ on a free port. Every test leaves a screenshot in test-output/."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
@@ -120,6 +121,12 @@ async def test_on_a_phone_sized_screen_by_keyboard(demo: Gateway):
 
 
 async def test_the_page_connects_with_a_dev_token(page: Page, demo: Gateway):
+    # The pill says "open" once the socket is; the session exists once session.start is
+    # read, which may come a moment later. The runtime has no event for a new session:
+    # polled, with a deadline.
+    async with asyncio.timeout(10):
+        while not demo.runtime.drivers:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
     (driver,) = demo.runtime.drivers.values()
     principal = driver.session.principal
     assert (principal.name, principal.kind) == ("key:dev", "client_token")
