@@ -203,6 +203,10 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
                 self._close(message.get("code", 1000), message.get("reason") or "")
                 return
         await super().send(message)
+        if message["type"] == "websocket.accept" and self.handshake_complete:
+            # The handshake's request and response (two sets of headers, a dozen objects
+            # for the collector to walk) are not read again: not kept for the socket's life.
+            self.request = self.response = None  # type: ignore[assignment]
         self._bound_closing()
 
     def write_now(self, frames: list[bytes]) -> bool:
