@@ -216,7 +216,10 @@ def _pushes(kind: type) -> bool:
 
 class _PushedStep:
     """The sink a provider that pushes (``Pushes``) gives one step's events to: the same
-    paths as ``Driver._pull_model``'s loop, called from the provider's callbacks."""
+    paths as ``Driver._pull_model``'s loop, called from the provider's callbacks.
+
+    The loop keeps its own copy of these few lines: calling ``take`` for each streamed
+    event cost the fan-out a fifth of its rate (measured, 3 interleaved repeats)."""
 
     __slots__ = ("_driver", "_pairer", "_response_id", "_step_id", "failed", "finished")
 
