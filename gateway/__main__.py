@@ -1,4 +1,5 @@
-"""Command line: ``gateway serve`` (flags mirror Config) and ``gateway schema``."""
+"""Command line: ``gateway serve`` (flags mirror Config), ``gateway chat``, ``gateway schema``
+and ``gateway tools list|test``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from gateway.protocol import protocol_schema
 from gateway.providers.failure import display_url
 from gateway.providers.http import HttpProvider
 from gateway.server import fit_open_file_limit, protocols
+from gateway.tool_cli import add_tools_command, run_tools_command
 
 __all__ = ["GatewayServer", "build_server", "main"]
 
@@ -70,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--token", default=None, help="client token, if the gateway needs one")
     schema = commands.add_parser("schema", help="print the protocol's JSON Schema")
     schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    add_tools_command(commands)
     return parser
 
 
@@ -79,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from client_sdk.chat import run_chat  # the SDK is needed only here
 
         return asyncio.run(run_chat(args.url, token=args.token))
+    if args.command == "tools":
+        try:
+            configure_logging("warning")  # a backend's warnings, not the info lines
+            return asyncio.run(run_tools_command(args))
+        except ConfigError as exc:
+            print(f"gateway: configuration error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "schema":
         text = json.dumps(protocol_schema(), indent=2, sort_keys=True) + "\n"
         if args.output:
@@ -106,7 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     fit_open_file_limit(config)
     server = build_server(config, app)
     _tune_gc()
-    server.run(sockets=None if sock is None else [sock])
+    try:
+        server.run(sockets=None if sock is None else [sock])
+    except ConfigError as exc:  # a tool backend that cannot start (an MCP server, a document)
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -189,6 +203,7 @@ class GatewayServer(uvicorn.Server):
         # docs/performance.md), else asyncio's own.
         loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
         structlog.get_logger("gateway").info("event_loop_chosen", loop=loop)
+        await self._runtime.start()  # the tool backends, before any socket is taken
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

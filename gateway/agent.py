@@ -17,7 +17,8 @@ from gateway.config import load_toml
 from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
-from gateway.server_tool import ServerTool
+from gateway.server_tool import PythonTools, ServerTool
+from gateway.tool_backend import McpServerEntry, OpenApiEntry, ToolBackend, Toolbox
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 
 __all__ = ["DEMO_AGENT", "Agent", "load_agent"]
@@ -53,23 +54,51 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     model: ModelSettings = ModelSettings()
     server_tools: list[ServerToolEntry] = []
     client_functions: list[ClientFunctionEntry] = []
+    mcp_servers: list[McpServerEntry] = []
+    """MCP servers whose tools the agent offers (docs/tools.md)."""
+    openapi: list[OpenApiEntry] = []
+    """HTTP APIs described by OpenAPI documents, each operation a tool (docs/tools.md)."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Agent:
-    """A loaded, checked agent, ready to serve sessions."""
+    """A loaded, checked agent; ready to serve sessions once ``start`` has connected the
+    tool backends it names (MCP servers, OpenAPI documents)."""
 
     name: str
     instructions: str
-    tools: ToolRegistry
-    server_tools: dict[str, ServerTool]
+    toolbox: Toolbox
+    """Its server tools, whatever runs them, and its client functions."""
     provider: Provider
     model: str | None = None
     """The model's name for HTTP providers (``gpt-4o-mini``); ``None`` for the scripted one."""
     suggestions: tuple[str, ...] = ()
     """Example prompts for chat pages, from the agent file (may be empty)."""
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """Every tool the agent offers now (an MCP server may change its list)."""
+        return self.toolbox.registry
+
+    async def start(self) -> None:
+        """Connect the tool backends and list their tools.
+
+        Raises:
+            ConfigError: a backend that is not optional cannot start, the tools clash, or
+                the model cannot call tools but the backends brought some.
+        """
+        await self.toolbox.start()
+        try:
+            _check_model_takes_tools(self.provider, self.tools)
+        except ConfigError:
+            await self.toolbox.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the tool backends (their connections and processes)."""
+        await self.toolbox.aclose()
 
 
 def _import_tool(ref: str, base_dir: Path) -> object:
@@ -115,14 +144,12 @@ def load_agent(
     spec = load_toml(path, AgentFile)
     try:
         settings = _override(spec.model, model, base_url)
-        server_tools: dict[str, ServerTool] = {}
+        python_tools: list[ServerTool] = []
         for entry in spec.server_tools:
             found = _import_tool(entry.ref, path.parent)
             if not isinstance(found, ServerTool):
                 raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
-            server_tools[found.definition.name] = found.with_options(
-                timeout=entry.timeout, delivery=entry.delivery
-            )
+            python_tools.append(found.with_options(timeout=entry.timeout, delivery=entry.delivery))
         client_defs = [
             ToolDef(
                 name=fn.name,
@@ -135,24 +162,46 @@ def load_agent(
             )
             for fn in spec.client_functions
         ]
-        tools = ToolRegistry([*(t.definition for t in server_tools.values()), *client_defs])
+        toolbox = Toolbox(
+            [PythonTools(python_tools), *_remote_backends(spec, path.parent)], client_defs
+        )
         provider = create_provider(settings, base_dir=path.parent, pace=pace)
-        if len(tools) and not provider.capabilities.tools:
-            names = ", ".join(d.name for d in tools.definitions())
-            raise ConfigError(
-                f"model: provider {provider.name!r} cannot call tools, but the agent has: {names}"
-            )
+        _check_model_takes_tools(provider, toolbox.registry)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     return Agent(
         name=spec.name,
         instructions=spec.instructions.strip(),
-        tools=tools,
-        server_tools=server_tools,
+        toolbox=toolbox,
         provider=provider,
         model=settings.model if settings.provider != "scripted" else None,
         suggestions=tuple(spec.suggestions),
     )
+
+
+def _remote_backends(spec: AgentFile, base_dir: Path) -> list[ToolBackend]:
+    """The MCP servers and OpenAPI documents the file names, not connected yet."""
+    backends: list[ToolBackend] = []
+    if spec.mcp_servers:
+        from gateway.mcp_tools import McpTools  # the MCP SDK is loaded only when used
+
+        backends += [McpTools(entry, base_dir) for entry in spec.mcp_servers]
+    if spec.openapi:
+        from gateway.openapi_tools import OpenApiTools
+
+        backends += [OpenApiTools(entry, base_dir) for entry in spec.openapi]
+    names = [b.name for b in backends]
+    if clash := {n for n in names if names.count(n) > 1}:
+        raise ConfigError(f"{', '.join(sorted(clash))}: named twice")
+    return backends
+
+
+def _check_model_takes_tools(provider: Provider, tools: ToolRegistry) -> None:
+    if len(tools) and not provider.capabilities.tools:
+        names = ", ".join(d.name for d in tools.definitions())
+        raise ConfigError(
+            f"model: provider {provider.name!r} cannot call tools, but the agent has: {names}"
+        )
 
 
 def _override(settings: ModelSettings, model: str | None, base_url: str | None) -> ModelSettings:

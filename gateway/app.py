@@ -284,7 +284,7 @@ class Runtime:
         driver = Driver(
             session,
             provider=self.agent.provider,
-            server_tools=self.agent.server_tools,
+            tools=self.agent.toolbox,
             store=self.store,
             session_ttl=self.config.session_ttl,
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
@@ -431,16 +431,26 @@ class Runtime:
         if driver is not None:
             driver.take_posts()
 
+    async def start(self) -> None:
+        """Connect the agent's tool backends (MCP servers, OpenAPI documents), before the
+        gateway serves.
+
+        Raises:
+            ConfigError: one that is not optional cannot start (see ``Agent.start``).
+        """
+        await self.agent.start()
+
     async def aclose(self) -> None:
-        """Stop this node's background work and close the store (after ``shutdown``, which
-        leaves no session; without it, the sessions left are cancelled first, so that none
-        uses the store once it is closed)."""
+        """Stop this node's background work, close the store and the tool backends (after
+        ``shutdown``, which leaves no session; without it, the sessions left are cancelled
+        first, so that none uses the store or a tool once they are closed)."""
         runs = [*self._runs.values(), *self._background]
         for task in runs:
             task.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
         self._background = []
         await self.store.aclose()
+        await self.agent.aclose()
 
     async def _run(self, driver: Driver, principal: str) -> None:
         # Bound for the rest of this task, which runs in a context of its own.

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -78,11 +78,12 @@ from gateway.protocol import (
 )
 from gateway.providers.base import Provider, Pushes
 from gateway.routing import decode_routed, encode_routed
-from gateway.server_tool import Progress, ServerTool
+from gateway.server_tool import Progress
 from gateway.session import LOG_ONLY, Session
 from gateway.state import encode_item, encode_state
 from gateway.store import Lease, LeaseLost, MemoryStore, Store
 from gateway.text import SurrogatePairer, uncarriable
+from gateway.tool_backend import Toolbox, tool_failure
 
 __all__ = ["Driver"]
 
@@ -259,7 +260,7 @@ class Driver:
     Args:
         session: the pure core to drive.
         provider: the model.
-        server_tools: the Python functions behind the session's server tools.
+        tools: runs the session's server tools, whatever their backend.
         store: the event log and call ledger.
         session_ttl: seconds the session waits for a resume once detached.
         clock: wall-clock seconds; deadlines on the wire are Unix times.
@@ -298,7 +299,6 @@ class Driver:
         "_provider",
         "_quick",
         "_round",
-        "_server_tools",
         "_since_checkpoint",
         "_since_checkpoint_size",
         "_store",
@@ -306,6 +306,7 @@ class Driver:
         "_tasks",
         "_ticked_for",
         "_tool_keys",
+        "_toolbox",
         "_ttl",
         "_uncommitted_outcomes",
         "_unyielded",
@@ -321,7 +322,7 @@ class Driver:
         session: Session,
         *,
         provider: Provider,
-        server_tools: Mapping[str, ServerTool],
+        tools: Toolbox,
         store: Store,
         session_ttl: float,
         clock: Callable[[], float] = time.time,
@@ -332,7 +333,7 @@ class Driver:
     ) -> None:
         self.session = session
         self._provider = provider
-        self._server_tools = server_tools
+        self._toolbox = tools
         self._store = store
         self._ttl = session_ttl
         self._clock = clock
@@ -1061,24 +1062,18 @@ class Driver:
         return True
 
     async def _run_tool(self, effect: RunTool) -> None:
-        tool = self._server_tools.get(effect.tool)
-        if tool is None:
-            self._report(
-                ToolFinished(call_id=effect.call_id, error="the tool has no implementation")
-            )
-            return
         started = self._clock()
         call_id = effect.call_id
         progress = Progress(
             lambda payload: self._report(ToolProgress(call_id=call_id, payload=payload))
         )
         try:
-            output = await tool.invoke(effect.args, progress)
+            output = await self._toolbox.call(effect.tool, effect.args, progress)
         except Exception as exc:
             log.warning(
                 "tool_raised", call_id=effect.call_id, tool=effect.tool, error=type(exc).__name__
             )
-            self._report(ToolFinished(call_id=effect.call_id, error=f"{type(exc).__name__}: {exc}"))
+            self._report(ToolFinished(call_id=effect.call_id, error=tool_failure(exc)))
         else:
             log.info(
                 "tool_returned",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -21,9 +21,10 @@ import msgspec
 
 from gateway.errors import ConfigError
 from gateway.protocol import struct_schema
+from gateway.tool_backend import BackendKind
 from gateway.tools import Delivery, Execution, ToolDef, check_tool, default_display_name
 
-__all__ = ["Progress", "ServerTool", "tool"]
+__all__ = ["Progress", "PythonTools", "ServerTool", "tool"]
 
 
 class Progress:
@@ -58,7 +59,9 @@ class ServerTool:
     input_type: type[msgspec.Struct] | None
     takes_progress: bool = False
 
-    async def invoke(self, args: dict[str, Any], progress: Progress | None = None) -> Any:
+    async def invoke(
+        self, args: dict[str, Any], progress: Callable[[Any], None] | None = None
+    ) -> Any:
         """Run the function with ``args`` (already checked against the input schema).
 
         A plain function runs in a worker thread so it cannot block the event loop;
@@ -71,7 +74,9 @@ class ServerTool:
         if self.input_type is not None:
             call_args.append(msgspec.convert(args, self.input_type))
         if self.takes_progress:
-            call_args.append(progress if progress is not None else Progress(lambda _: None))
+            if not isinstance(progress, Progress):  # thread-safe, whatever the caller gave
+                progress = Progress(progress or (lambda _: None))
+            call_args.append(progress)
         if inspect.iscoroutinefunction(self.func):
             result = await self.func(*call_args)
         else:
@@ -98,6 +103,7 @@ def tool(
     timeout: float | None = None,
     execution: Execution = "sync",
     delivery: Delivery = "when_idle",
+    read_only: bool | None = None,
 ) -> Callable[[Callable[..., Any]], ServerTool]:
     """Make a server tool of a function taking (at most) one msgspec Struct.
 
@@ -109,6 +115,11 @@ def tool(
             ``{"status": "pending"}`` at once and delivers the result later.
         delivery: for async tools, how the result reaches the model:
             ``when_idle``, ``interrupt`` or ``silent`` (see docs/agents.md).
+        read_only: the tool changes nothing (kept for confirmation rules).
+
+    Raises:
+        ConfigError: a parameter without a type annotation, more than one argument, an
+            argument that is not a msgspec Struct, a bad name or description.
 
     Example:
         >>> class StockQuery(msgspec.Struct):
@@ -121,8 +132,15 @@ def tool(
     def decorate(func: Callable[..., Any]) -> ServerTool:
         tool_name = name or func.__name__
         hints = get_type_hints(func)
-        params = [p for p in inspect.signature(func).parameters if hints.get(p) is not Progress]
-        takes_progress = Progress in (hints.get(p) for p in inspect.signature(func).parameters)
+        signature = inspect.signature(func).parameters
+        for param in signature:
+            if param not in hints:  # it would get no schema, and every call a TypeError
+                raise ConfigError(
+                    f"tool {tool_name!r}: parameter {param!r} has no type annotation"
+                    " (annotate it with a msgspec Struct, or Progress)"
+                )
+        params = [p for p in signature if hints[p] is not Progress]
+        takes_progress = len(params) < len(signature)
         if len(params) > 1:
             raise ConfigError(f"tool {tool_name!r}: takes one msgspec Struct argument at most")
         input_type = hints.get(params[0]) if params else None
@@ -150,6 +168,7 @@ def tool(
             timeout=timeout,
             execution=execution,
             delivery=delivery,
+            read_only=read_only,
         )
         check_tool(definition)
         return ServerTool(
@@ -157,3 +176,46 @@ def tool(
         )
 
     return decorate
+
+
+class PythonTools:
+    """An agent's ``@tool`` functions as a ``gateway.tool_backend.ToolBackend``.
+
+    Raises:
+        ConfigError: two tools have the same name (the last would silently win).
+    """
+
+    name = "python"
+    kind: BackendKind = "python"
+    prefix = "python"
+    optional = False
+
+    def __init__(self, tools: Sequence[ServerTool]) -> None:
+        self._tools: dict[str, ServerTool] = {}
+        for found in tools:
+            tool_name = found.definition.name
+            if tool_name in self._tools:
+                raise ConfigError(
+                    f"tool {tool_name!r}: defined twice ({_where(self._tools[tool_name])}"
+                    f" and {_where(found)})"
+                )
+            self._tools[tool_name] = found
+
+    async def start(self) -> None:
+        """Nothing to connect: the functions were imported with the agent file."""
+
+    def definitions(self) -> list[ToolDef]:
+        return [found.definition for found in self._tools.values()]
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """The functions never change while the gateway runs."""
+
+    async def call(self, name: str, args: dict[str, Any], progress: Callable[[Any], None]) -> Any:
+        return await self._tools[name].invoke(args, progress)
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+
+def _where(found: ServerTool) -> str:
+    return f"{found.func.__module__}.{found.func.__qualname__}"

@@ -55,6 +55,9 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds; ``None`` takes the gateway's default for the kind."""
     execution: Execution = "sync"
     delivery: Delivery = "when_idle"
+    read_only: bool | None = None
+    """The tool only reads (an MCP server's ``readOnlyHint``, an HTTP GET); ``None`` when
+    nobody said. Kept for confirmation rules."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,10 @@ from typing import Any
 import msgspec
 
 from gateway.agent import Agent
+from gateway.server_tool import Progress
+from gateway.tool_backend import ToolRow, tool_failure
 
-__all__ = ["describe_agent", "describe_tools", "run_tool_alone"]
+__all__ = ["describe_agent", "describe_tool", "describe_tools", "run_tool_alone"]
 
 
 def describe_agent(agent: Agent) -> dict[str, Any]:
@@ -26,34 +28,38 @@ def describe_agent(agent: Agent) -> dict[str, Any]:
 
 
 def describe_tools(agent: Agent) -> dict[str, Any]:
-    """The agent's tools with their schemas (``GET /v1/tools``)."""
+    """The agent's tools with their schemas and the backend each runs in (``GET /v1/tools``)."""
+    return {"agent": agent.name, "tools": [describe_tool(row) for row in agent.toolbox.rows()]}
+
+
+def describe_tool(row: ToolRow) -> dict[str, Any]:
+    """One tool as ``GET /v1/tools`` (and ``gateway tools list --json``) shows it."""
+    d = row.definition
     return {
-        "agent": agent.name,
-        "tools": [
-            {
-                "name": d.name,
-                "kind": d.kind,
-                "execution": d.execution,
-                "delivery": d.delivery if d.execution == "async" else None,
-                "display_name": d.display_name,
-                "description": d.description,
-                "input_schema": d.input_schema,
-                "output_schema": d.output_schema,
-                "timeout": d.timeout,
-            }
-            for d in agent.tools.definitions()
-        ],
+        "name": d.name,
+        "kind": d.kind,
+        "backend": row.backend,
+        "execution": d.execution,
+        "delivery": d.delivery if d.execution == "async" else None,
+        "display_name": d.display_name,
+        "description": d.description,
+        "input_schema": d.input_schema,
+        "output_schema": d.output_schema,
+        "timeout": d.timeout,
+        "read_only": d.read_only,
     }
 
 
 async def run_tool_alone(
     agent: Agent, name: str, body: bytes, default_timeout: float
 ) -> tuple[int, dict[str, Any]]:
-    """Validate ``body`` against the tool's input schema, run the tool, time it.
+    """Validate ``body`` against the tool's input schema, run the tool, time it: what
+    ``POST /v1/tools/{name}/test`` and ``gateway tools test`` both run.
 
     Returns:
         The HTTP status and the JSON answer: ``{output, duration_ms}`` or
-        ``{error, duration_ms}`` when the tool ran; ``{error}`` when it could not.
+        ``{error, duration_ms}`` when the tool ran, with ``progress`` (the payloads it
+        reported, in order) when it reported any; ``{error}`` when it could not run.
     """
     entry = agent.tools.get(name)
     if entry is None:
@@ -69,23 +75,23 @@ async def run_tool_alone(
     problem = entry.input_validator.problem(args)
     if problem:
         return 422, {"error": f"invalid input: {problem}"}
-    tool = agent.server_tools[name]
     timeout = entry.definition.timeout or default_timeout
+    reports: list[Any] = []
     started = time.perf_counter()
+
+    def ran(answer: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        answer["duration_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        if reports:
+            answer["progress"] = reports
+        return 200, answer
+
     try:
         async with asyncio.timeout(timeout):
-            output = await tool.invoke(args)
+            output = await agent.toolbox.call(name, args, Progress(reports.append))
     except TimeoutError:
-        return 200, {"error": f"tool_timeout: no result within {timeout} s", **_since(started)}
+        return ran({"error": f"tool_timeout: no result within {timeout} s"})
     except Exception as exc:  # the tool's failure is the answer, as a model would see it
-        return 200, {"error": f"{type(exc).__name__}: {exc}", **_since(started)}
+        return ran({"error": tool_failure(exc)})
     if entry.output_validator is not None and (problem := entry.output_validator.problem(output)):
-        return 200, {
-            "error": f"result does not match the output schema: {problem}",
-            **_since(started),
-        }
-    return 200, {"output": output, **_since(started)}
-
-
-def _since(started: float) -> dict[str, float]:
-    return {"duration_ms": round((time.perf_counter() - started) * 1000, 1)}
+        return ran({"error": f"result does not match the output schema: {problem}"})
+    return ran({"output": output})

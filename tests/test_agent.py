@@ -29,6 +29,11 @@ def lookup(query: Query) -> Answer:
     """Look something up."""
     return Answer(a=query.q)
 
+@tool(name="lookup")
+def another_lookup(query: Query) -> Answer:
+    """Look something else up."""
+    return Answer(a="other")
+
 not_a_tool = 3
 '''
 
@@ -63,9 +68,11 @@ def test_demo_agent_has_the_promised_tools():
 def test_server_tool_from_a_file_next_to_the_agent(tmp_path: Path):
     path = write_agent(tmp_path, '[[server_tools]]\nref = "my_tools.py:lookup"\ntimeout = 3\n')
     agent = load_agent(path)
-    lookup = agent.server_tools["lookup"]
+    lookup = agent.tools.get("lookup")
+    assert lookup is not None
     assert lookup.definition.timeout == 3
     assert lookup.definition.output_schema is not None
+    assert agent.toolbox.backend_of("lookup") is agent.toolbox.backends[0]
 
 
 @pytest.mark.parametrize(
@@ -131,9 +138,28 @@ def test_tool_decorator_rejects_non_struct_arguments():
         tool()(undocumented)
 
 
+def test_a_tool_parameter_without_annotation_is_a_startup_error_naming_it():
+    def untyped(query):  # type: ignore[no-untyped-def]
+        """Look something up."""
+
+    with pytest.raises(ConfigError, match="tool 'untyped': parameter 'query' has no type"):
+        tool()(untyped)
+
+
+def test_two_tools_with_one_name_are_a_startup_error(tmp_path: Path):
+    path = write_agent(
+        tmp_path,
+        '[[server_tools]]\nref = "my_tools.py:lookup"\n'
+        '[[server_tools]]\nref = "my_tools.py:another_lookup"\n',
+    )
+    with pytest.raises(ConfigError, match="tool 'lookup': defined twice") as raised:
+        load_agent(path)
+    assert "another_lookup" in str(raised.value)
+
+
 async def test_server_tool_invoke_converts_input_and_output(tmp_path: Path):
     agent = load_agent(write_agent(tmp_path, '[[server_tools]]\nref = "my_tools.py:lookup"\n'))
-    assert await agent.server_tools["lookup"].invoke({"q": "hi"}) == {"a": "hi"}
+    assert await agent.toolbox.call("lookup", {"q": "hi"}, lambda _: None) == {"a": "hi"}
 
 
 def test_an_http_model_without_tools_refuses_an_agent_with_tools(tmp_path: Path):
