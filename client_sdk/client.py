@@ -30,7 +30,7 @@ Your battery is at 82%.
 Client functions run when the gateway asks for them, concurrently, within the
 call's deadline. A dropped socket is resumed (resume.py) with backoff and jitter; the
 app sees no gap and no duplicate: events are checked by ``seq``, and what the gateway
-had not confirmed (results, user messages, a ``session.update``) is sent again (the
+had not confirmed (results, user messages, ``session.update`` messages) is sent again (the
 gateway applies each once).
 """
 
@@ -40,14 +40,14 @@ import asyncio
 import contextlib
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from client_sdk.connection import open_socket
+from client_sdk.connection import open_socket, text_frame
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, answer, make_function
@@ -73,7 +73,6 @@ from gateway.protocol import (
     ToolResults,
     UserMessage,
     decode_server,
-    encode,
 )
 
 __all__ = ["Conversation", "TokenSource", "connect"]
@@ -109,6 +108,13 @@ class Conversation:
         max_reconnect_delay: the longest wait between reconnect attempts, in seconds.
         ack_every: acknowledge received events after this many, so the gateway can
             free them.
+        tool_choice: the session's default for which tools the model may call in a
+            response: ``"auto"`` (its choice; the gateway's default), ``"none"``,
+            ``"required"`` (at least one) or one tool's name. A forced choice holds for the
+            first model step of a response; the steps after it are ``auto``.
+        max_steps: the session's default for how many model steps a response may take
+            (each tool round is one): 1 up to the gateway's limit
+            (``session.limits.max_steps``, also its default).
     """
 
     def __init__(
@@ -123,12 +129,18 @@ class Conversation:
         reconnect: bool = True,
         max_reconnect_delay: float = 10.0,
         ack_every: int = 64,
+        tool_choice: str | None = None,
+        max_steps: int | None = None,
     ) -> None:
         self._url = url
         self._token = token
         self._api_key = api_key
         self._start_msg = SessionStart(
-            agent=agent, instructions=instructions, metadata=metadata or {}
+            agent=agent,
+            instructions=instructions,
+            metadata=metadata or {},
+            tool_choice=tool_choice,
+            max_steps=max_steps,
         )
         self._reconnect = reconnect
         self._reconnector = Reconnector(self._open_socket, max_reconnect_delay)
@@ -205,20 +217,60 @@ class Conversation:
         function = make_function(func, name=name, **options)
         self._functions[function.spec.name] = function
         if self._created is not None:
-            update = SessionUpdate(
-                id=f"upd_{secrets.token_urlsafe(9)}",
-                client_functions=[f.spec for f in self._functions.values()],
-            )
-            self._outbox.update = update
+            update = self._new_update(client_functions=[f.spec for f in self._functions.values()])
             self._background.spawn(self._send(update), "update")
+
+    async def update(
+        self, *, tool_choice: str | None = None, max_steps: int | None = None
+    ) -> str | None:
+        """Change the session's default ``tool_choice`` or ``max_steps`` (see the class);
+        ``None`` leaves one as it is. They apply to the responses that start after it.
+
+        Before the session starts they go in ``session.start``. After, they go in a
+        ``session.update`` (sent again after a resume until the gateway answers it), whose
+        id is returned: ``session.updated`` answers it, or an ``error`` naming it in
+        ``in_reply_to`` (a tool name the session does not have, say), which leaves the
+        defaults as they were.
+
+        Returns:
+            The update's id; ``None`` before the session started.
+        """
+        if self._end is not None:
+            raise self._end
+        if self._created is None:
+            changes = {"tool_choice": tool_choice, "max_steps": max_steps}
+            self._start_msg = msgspec.structs.replace(
+                self._start_msg, **{k: v for k, v in changes.items() if v is not None}
+            )
+            return None
+        update = self._new_update(tool_choice=tool_choice, max_steps=max_steps)
+        await self._send(update)
+        return update.id
 
     # ----------------------------------------------------------------- conversation
 
-    async def say(self, text: str) -> AsyncIterator[str]:
+    async def say(
+        self,
+        text: str,
+        *,
+        tool_choice: str | None = None,
+        tools: Sequence[str] | None = None,
+        max_steps: int | None = None,
+    ) -> AsyncIterator[str]:
         """Send a user message and yield the text of the response to it, as it streams.
 
         The text of consecutive model steps (before and after a tool call) is joined with
         a space, as a reader expects, unless one side already has one.
+
+        Args:
+            text: the user's message.
+            tool_choice: for this message's response only (the session's default when
+                ``None``): ``"auto"``, ``"none"``, ``"required"`` or one tool's name; a
+                forced choice holds for the response's first model step.
+            tools: the only tools the model may use for this response, by name (some of
+                the session's); every tool of the session when ``None``.
+            max_steps: the most model steps this response may take (the session's default
+                when ``None``).
 
         Raises:
             ServerError: the gateway refused the message or the response failed.
@@ -228,7 +280,9 @@ class Conversation:
         await self.start()
         stream = self.events()
         try:
-            msg_id = await self.post(text)
+            msg_id = await self.post(
+                text, tool_choice=tool_choice, tools=tools, max_steps=max_steps
+            )
             response_id: str | None = None
             step_ended = False  # a text.done came: the next delta starts a new step
             last = ""  # the last character yielded
@@ -255,17 +309,33 @@ class Conversation:
         finally:
             await stream.aclose()
 
-    async def post(self, text: str) -> str:
+    async def post(
+        self,
+        text: str,
+        *,
+        tool_choice: str | None = None,
+        tools: Sequence[str] | None = None,
+        max_steps: int | None = None,
+    ) -> str:
         """Send a user message without waiting for the reply; return its id.
 
         The reply arrives as events (``events()``); ``response.created`` names the
         message in ``in_reply_to``. A message not yet answered when the socket drops
-        is sent again after the resume; the gateway counts it once.
+        is sent again after the resume, options included; the gateway counts it once.
+        The options are those of ``say()``.
         """
+        if isinstance(tools, str):
+            raise TypeError("tools is a list of tool names, not one name")
         await self.start()
         msg_id = f"msg_{secrets.token_urlsafe(9)}"
-        msg = UserMessage(text=text, id=msg_id)
-        self._outbox.messages[msg_id] = msg
+        msg = UserMessage(
+            text=text,
+            id=msg_id,
+            tool_choice=tool_choice,
+            tools=None if tools is None else list(tools),
+            max_steps=max_steps,
+        )
+        self._outbox.keep(msg)
         await self._send(msg)
         return msg_id
 
@@ -292,6 +362,12 @@ class Conversation:
 
     # ----------------------------------------------------------------- internals
 
+    def _new_update(self, **fields: Any) -> SessionUpdate:
+        """A ``session.update``, kept to be sent again until the gateway answers it."""
+        update = SessionUpdate(id=f"upd_{secrets.token_urlsafe(9)}", **fields)
+        self._outbox.keep(update)
+        return update
+
     def _deliver(self, event: Outbound) -> None:
         for stream in self._subscribers:
             stream.put(event)
@@ -302,7 +378,7 @@ class Conversation:
             raise self._end
         if self._ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
-                await self._ws.send(encode(msg).decode())
+                await self._ws.send(text_frame(msg))
 
     async def _read_loop(self) -> None:
         while True:

@@ -22,14 +22,34 @@ from gateway.protocol import (
     TOKEN_SUBPROTOCOL_PREFIX,
     ClientMsg,
     Outbound,
+    SessionStart,
+    SessionUpdate,
+    UserMessage,
     decode_server,
     encode,
 )
 
-__all__ = ["MAX_FRAME_SIZE", "Connection", "connect_raw", "open_socket"]
+__all__ = ["MAX_FRAME_SIZE", "Connection", "connect_raw", "open_socket", "text_frame"]
 
 MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
+
+
+_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps")
+"""Fields added to protocol v1 after its first release: sent only when set."""
+
+
+def text_frame(msg: ClientMsg) -> str:
+    """``msg`` as the text frame the SDK sends: like ``encode``, but without the response
+    options (``tool_choice``, ``tools``, ``max_steps``) it leaves unset, so that a gateway
+    older than them, which rejects fields it does not know, still takes the message."""
+    if not isinstance(msg, UserMessage | SessionStart | SessionUpdate):
+        return encode(msg).decode()
+    data = msgspec.to_builtins(msg)
+    for name in _RESPONSE_OPTIONS:
+        if name in data and data[name] is None:
+            del data[name]
+    return msgspec.json.encode(data).decode()
 
 
 class Connection:

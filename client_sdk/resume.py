@@ -84,10 +84,27 @@ class Outbox:
     def __init__(self) -> None:
         self.results: dict[str, ToolResult] = {}
         """Client-function results until a ``tool.status`` for their call."""
-        self.messages: dict[str, UserMessage] = {}
-        """User messages until a response to them starts (or an error answers them)."""
-        self.update: SessionUpdate | None = None
-        """The last ``session.update``, until ``session.updated`` (or an error) answers it."""
+        self.sent: dict[str, UserMessage | SessionUpdate] = {}
+        """In the order sent, by id: user messages until a response to them starts, and
+        ``session.update`` messages until ``session.updated`` answers them (or, either, until
+        an error does)."""
+
+    def keep(self, msg: UserMessage | SessionUpdate) -> None:
+        """Keep ``msg`` (it has an id) until the gateway confirms it.
+
+        A ``session.update`` replaces the unanswered ones sent just before it (no user
+        message in between) that it overrides in full: every field they set, it sets too.
+        """
+        if msg.id is None:
+            raise ValueError("only a message with an id can wait for confirmation")
+        if isinstance(msg, SessionUpdate):
+            fields = _fields_set(msg)
+            for msg_id, earlier in reversed(list(self.sent.items())):
+                if not isinstance(earlier, SessionUpdate):
+                    break  # a user message between them is answered with the earlier settings
+                if _fields_set(earlier) <= fields:
+                    del self.sent[msg_id]
+        self.sent[msg.id] = msg
 
     def confirm(self, event: Outbound) -> None:
         """Forget what ``event`` shows the gateway has applied."""
@@ -95,16 +112,11 @@ class Outbox:
             case ToolStatus(call_id=call_id):
                 self.results.pop(call_id, None)
             case ResponseCreated(in_reply_to=msg_id) if msg_id:
-                self.messages.pop(msg_id, None)
+                self.sent.pop(msg_id, None)
             case SessionUpdated(in_reply_to=msg_id) if msg_id:
-                self._answer_update(msg_id)
+                self.sent.pop(msg_id, None)
             case Error(in_reply_to=msg_id) if msg_id:
-                self.messages.pop(msg_id, None)
-                self._answer_update(msg_id)
-
-    def _answer_update(self, msg_id: str) -> None:
-        if self.update is not None and self.update.id == msg_id:
-            self.update = None
+                self.sent.pop(msg_id, None)
 
     def resend(self) -> list[ClientMsg]:
         """Everything unconfirmed, in the order to send it on a resumed socket."""
@@ -113,8 +125,12 @@ class Outbox:
             ToolResults(results=results[at : at + MAX_RESULTS_PER_MESSAGE])
             for at in range(0, len(results), MAX_RESULTS_PER_MESSAGE)
         ]
-        update: list[ClientMsg] = [self.update] if self.update is not None else []
-        return [*batches, *self.messages.values(), *update]
+        return [*batches, *self.sent.values()]
+
+
+def _fields_set(update: SessionUpdate) -> set[str]:
+    """The fields a ``session.update`` changes (those it does not leave ``None``)."""
+    return {f for f in update.__struct_fields__ if f != "id" and getattr(update, f) is not None}
 
 
 class Resumed(msgspec.Struct, frozen=True):

@@ -236,6 +236,7 @@ class Runtime:
             instructions=self.agent.instructions,
             tools=self.agent.tools,
             model_supports_tools=self.agent.provider.capabilities.tools,
+            model_supports_tool_choice=self.agent.provider.capabilities.tool_choice,
             limits=Limits(
                 max_message_chars=config.max_message_chars,
                 max_queued_messages=config.max_queued_messages,

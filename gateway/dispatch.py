@@ -66,17 +66,26 @@ class Dispatcher:
     # ----------------------------------------------------------------- dispatch
 
     def start(
-        self, requests: Sequence[ModelToolCall], *, response_id: str, now: float
+        self,
+        requests: Sequence[ModelToolCall],
+        *,
+        response_id: str,
+        now: float,
+        refuse: Callable[[str], str | None] = lambda _: None,
     ) -> list[Call]:
         """Create and start the calls of one model step.
 
         Client functions go out together in one ``tool.calls``, after the
-        status of any server tool and of any call refused before dispatch.
+        status of any server tool and of any call refused before dispatch. ``refuse``
+        says why a tool may not be called in this response (``gateway.tool_choice``):
+        such a call fails at once, and the model sees why.
         """
         calls = [self._new_call(request, response_id, now) for request in requests]
         batch: list[ClientCall] = []
         for call, request in zip(calls, requests, strict=True):
-            if request.args_error is not None:
+            if (reason := refuse(call.tool)) is not None:
+                self._settle(call, CallState.FAILED, error=reason)
+            elif request.args_error is not None:
                 self._settle(
                     call, CallState.FAILED, error=f"invalid arguments: {request.args_error}"
                 )

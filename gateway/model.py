@@ -40,6 +40,9 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     instructions: str
     items: tuple[Item, ...]
     tools: tuple[ToolSchema, ...] = ()
+    tool_choice: str = "auto"
+    """``auto``, ``none``, ``required`` (at least one call), or the name of the one tool
+    to call (one of ``tools``). Providers map it to their own field."""
 
 
 class ModelText(msgspec.Struct, frozen=True, tag="text"):

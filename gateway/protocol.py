@@ -99,6 +99,20 @@ class ToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds the client has to answer a call; the gateway's default when absent."""
 
 
+ToolChoice = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+"""Which tools the model may call: ``auto`` (its choice, the default), ``none`` (no tool),
+``required`` (at least one), or one tool's name (that tool). A forced choice (``required``
+or a name) holds for the first model step of a response; the steps after it are ``auto``."""
+
+MaxSteps = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+"""Model steps a response may take (each tool round is a step); at most the gateway's
+``max_steps`` (``session.created`` ``limits``)."""
+
+ToolNames = Annotated[
+    list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(max_length=128)
+]
+
+
 class SessionStart(ClientMsg, tag="session.start"):
     """Open the session; the first message on a new socket."""
 
@@ -107,6 +121,10 @@ class SessionStart(ClientMsg, tag="session.start"):
     """Added after the agent's own instructions for this session."""
     client_functions: Annotated[list[ToolSpec], msgspec.Meta(max_length=128)] = []
     metadata: dict[str, Any] = {}
+    tool_choice: ToolChoice | None = None
+    """The session's default ``tool_choice`` (``auto`` when absent)."""
+    max_steps: MaxSteps | None = None
+    """The session's default ``max_steps`` (the gateway's when absent)."""
 
 
 class SessionResume(ClientMsg, tag="session.resume"):
@@ -125,6 +143,10 @@ class SessionUpdate(ClientMsg, tag="session.update"):
     """Replaces every client function declared so far (the agent's stay)."""
     instructions: Annotated[str, msgspec.Meta(max_length=32_000)] | None = None
     """Replaces the extra instructions given in ``session.start``."""
+    tool_choice: ToolChoice | None = None
+    """Replaces the session's default ``tool_choice``."""
+    max_steps: MaxSteps | None = None
+    """Replaces the session's default ``max_steps``."""
 
 
 class Ack(ClientMsg, tag="ack"):
@@ -137,6 +159,13 @@ class UserMessage(ClientMsg, tag="user.message"):
     """A user turn. Queued when a response is already running."""
 
     text: Annotated[str, msgspec.Meta(min_length=1)]
+    tool_choice: ToolChoice | None = None
+    """For this message's response only; the session's default when absent."""
+    tools: ToolNames | None = None
+    """The only tools the model may use for this message's response (a subset of the
+    session's, by name); all of them when absent."""
+    max_steps: MaxSteps | None = None
+    """For this message's response only; the session's default when absent."""
 
 
 class ToolResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

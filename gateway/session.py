@@ -75,6 +75,13 @@ from gateway.protocol import (
 )
 from gateway.schema_guard import SchemaGuard
 from gateway.state import PendingNote, Phase, ResponseState, SessionState
+from gateway.tool_choice import (
+    choice_problem,
+    narrowing_problem,
+    refusal,
+    step_choice,
+    steps_problem,
+)
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 from gateway.transcript import (
     CANCELLED,
@@ -108,6 +115,8 @@ class SessionSettings:
     with no limits (for trusted callers only)."""
     max_history_chars: int | None = None
     """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
+    model_supports_tool_choice: bool = True
+    """The model honours ``tool_choice`` (``gateway.tool_choice``)."""
 
 
 class Session:
@@ -146,6 +155,10 @@ class Session:
         self._response: ResponseState | None = None
         self._client_specs: list[ToolSpec] = []
         """The client's own functions, as accepted (kept in the state)."""
+        self._tool_choice = "auto"
+        """The session's default ``tool_choice`` (``session.start``/``session.update``)."""
+        self._max_steps: int | None = None
+        """The session's default ``max_steps``; ``None``: the gateway's limit."""
         self._now = 0.0
 
     @classmethod
@@ -167,6 +180,7 @@ class Session:
         session._instructions = state.instructions
         session.metadata = state.metadata
         session._client_specs = state.client_functions
+        session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -203,6 +217,8 @@ class Session:
             message_ids=list(self._message_ids),
             response=self._response,
             calls=self._calls.ledger.calls(),
+            tool_choice=self._tool_choice,
+            max_steps=self._max_steps,
         )
 
     # ----------------------------------------------------------------- public
@@ -405,7 +421,11 @@ class Session:
         accepted = self._tools_with(msg.client_functions, msg.id)
         if accepted is None:
             return
+        if not self._choice_fits(accepted[0], msg.tool_choice, msg.max_steps, None, msg.id):
+            return
         self._calls.tools, self._client_specs = accepted
+        self._tool_choice = msg.tool_choice or "auto"
+        self._max_steps = msg.max_steps
         tools = self._calls.tools
         if msg.instructions:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
@@ -423,15 +443,50 @@ class Session:
         )
 
     def _update_session(self, msg: SessionUpdate) -> None:
-        """Replace the client's own functions and/or extra instructions mid-session."""
+        """Replace the client's own functions, extra instructions, default ``tool_choice``
+        or ``max_steps`` mid-session (all of them, or none after an error)."""
+        accepted = (self._calls.tools, self._client_specs)
         if msg.client_functions is not None:
-            accepted = self._tools_with(msg.client_functions, msg.id)
-            if accepted is None:
+            changed = self._tools_with(msg.client_functions, msg.id)
+            if changed is None:
                 return
-            self._calls.tools, self._client_specs = accepted
+            accepted = changed
+        choice = msg.tool_choice or self._tool_choice
+        if not self._choice_fits(accepted[0], choice, msg.max_steps, None, msg.id):
+            return
+        self._calls.tools, self._client_specs = accepted
+        self._tool_choice = choice
+        if msg.max_steps is not None:
+            self._max_steps = msg.max_steps
         if msg.instructions is not None:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
         self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
+
+    def _choice_fits(
+        self,
+        tools: ToolRegistry,
+        choice: str | None,
+        max_steps: int | None,
+        narrowed: list[str] | None,
+        msg_id: str | None,
+    ) -> bool:
+        """Whether a ``tool_choice``, ``max_steps`` and ``tools`` narrowing asked for can
+        be honoured with ``tools``; if not, the client gets an ``error`` saying why."""
+        names = [d.name for d in tools.definitions()]
+        offered = names if narrowed is None else [n for n in names if n in narrowed]
+        problem = (
+            narrowing_problem(narrowed, names)
+            or choice_problem(
+                choice,
+                offered,
+                supports_tools=self._settings.model_supports_tools,
+                supports_choice=self._settings.model_supports_tool_choice,
+            )
+            or steps_problem(max_steps, self._settings.limits.max_steps)
+        )
+        if problem is not None:
+            self._out.error("invalid_message", problem, in_reply_to=msg_id)
+        return problem is None
 
     def _tools_with(
         self, specs: list[ToolSpec], msg_id: str | None
@@ -536,6 +591,10 @@ class Session:
             )
         elif not msg.text.strip():
             self._out.error("invalid_message", "text must not be blank", in_reply_to=msg.id)
+        elif not self._choice_fits(
+            self._calls.tools, msg.tool_choice, msg.max_steps, msg.tools, msg.id
+        ):
+            pass  # the error is sent
         elif self._response is not None and len(self._queue) >= limits.max_queued_messages:
             self._out.error(
                 "busy",
@@ -562,14 +621,23 @@ class Session:
         # Context that arrived before the user spoke goes before their words.
         self._flush_notes()
         self._history.append(UserTurn(text=msg.text))
-        self._response = ResponseState(response_id=self._new_id("resp"))
+        self._response = ResponseState(
+            response_id=self._new_id("resp"),
+            tool_choice=msg.tool_choice or self._tool_choice,
+            tools=msg.tools,
+            max_steps=msg.max_steps or self._max_steps,
+        )
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
         self._start_step(self._response)
 
     def _start_completion_response(self, call_id: str) -> None:
         """A response nobody asked for: the model tells the user an async result."""
         self._history.begin_turn()
-        self._response = ResponseState(response_id=self._new_id("resp"))
+        self._response = ResponseState(
+            response_id=self._new_id("resp"),
+            tool_choice=self._tool_choice,
+            max_steps=self._max_steps,
+        )
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
         self._start_step(self._response)
 
@@ -590,12 +658,20 @@ class Session:
         response.step_id = self._new_id("step")
         response.text = []
         response.requested = []
+        narrowed = response.tools
+        tools = tuple(
+            ToolSchema(name=d.name, description=d.description, input_schema=d.input_schema)
+            for d in self._calls.tools.definitions()
+            if narrowed is None or d.name in narrowed
+        )
         request = ModelRequest(
             instructions=self._instructions,
             items=self._history.items,
-            tools=tuple(
-                ToolSchema(name=d.name, description=d.description, input_schema=d.input_schema)
-                for d in self._calls.tools.definitions()
+            tools=tools,
+            tool_choice=step_choice(
+                response.tool_choice,
+                first_step=response.steps == 1,
+                offered=[t.name for t in tools],
             ),
         )
         self._out.do(CallModel(response.step_id, response.response_id, request))
@@ -742,7 +818,8 @@ class Session:
             return
         text = "".join(response.text)
         response.step_id = None
-        if response.requested and response.steps >= self._settings.limits.max_steps:
+        max_steps = response.max_steps or self._settings.limits.max_steps
+        if response.requested and response.steps >= max_steps:
             # No step is left to use their results, so the calls are not run at all.
             self._history.append(AssistantTurn(text=text))
             if text:
@@ -761,7 +838,10 @@ class Session:
             self._end_response("completed")
             return
         response.calls = self._calls.start(
-            response.requested, response_id=response.response_id, now=self._now
+            response.requested,
+            response_id=response.response_id,
+            now=self._now,
+            refuse=lambda tool: refusal(tool, response.tool_choice, response.tools),
         )
         self._history.append(
             AssistantTurn(

@@ -75,6 +75,12 @@ class ResponseState(msgspec.Struct, kw_only=True):
     """Text the client already has from a step that was cut when its node stopped: the
     step runs again and this much of its new text is not sent twice (see
     ``Session.adopt``)."""
+    tool_choice: str = "auto"
+    """The response's ``tool_choice`` (``gateway.tool_choice``)."""
+    tools: list[str] | None = None
+    """The only tools its message lets the model use; ``None``: all the session's."""
+    max_steps: int | None = None
+    """Its message's (or the session's) ``max_steps``; ``None``: the gateway's limit."""
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -101,6 +107,10 @@ class SessionState(msgspec.Struct, kw_only=True):
     response: ResponseState | None
     calls: list[Call]
     """The ledger: open calls and the most recent settled ones, oldest first."""
+    tool_choice: str = "auto"
+    """The session's default ``tool_choice``."""
+    max_steps: int | None = None
+    """The session's default ``max_steps``; ``None``: the gateway's limit."""
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -304,3 +304,30 @@ async def test_words_due_together_reach_the_session_in_one_call():
     texts = [e for events in calls for e in events if isinstance(e, ModelText)]
     assert len(texts) == 22
     assert max(len(events) for events in calls) > 1
+
+
+async def test_tool_choice_picks_the_rules_that_keep_to_it():
+    def asking(text: str, choice: str) -> ModelRequest:
+        return msgspec.structs.replace(user(text), tool_choice=choice)
+
+    scenario = msgspec.structs.replace(
+        SCENARIO,
+        rules=[
+            Rule(match="^both", say="Just words."),
+            *SCENARIO.rules[:2],
+            Rule(match="^both", calls=[ScriptedCall("add", {"a": 1, "b": 2})]),
+        ],
+    )
+    # "none": a rule that calls a tool is passed over, as is the fallback's silence.
+    events = await play(asking("store near 92031", "none"), scenario)
+    assert [e.text for e in events if isinstance(e, ModelText)] == ["no ", "idea"]
+    # "required" and a tool's name: only rules that call (that) tool answer.
+    events = await play(asking("both", "required"), scenario)
+    assert events[0] == ModelToolCall(name="add", args={"a": 1, "b": 2})
+    events = await play(asking("both", "add"), scenario)
+    assert events[0] == ModelToolCall(name="add", args={"a": 1, "b": 2})
+    events = await play(asking("both", "auto"), scenario)
+    assert isinstance(events[0], ModelText)
+    # A forced choice no rule keeps to fails the step, saying why.
+    with pytest.raises(ProviderError, match="no rule for this message that calls 'find'"):
+        await play(asking("both", "find"), scenario)

@@ -36,9 +36,9 @@
  *   deadline gets an error result too, and `signal` is aborted. Each call id runs once.
  * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
- *   `maxReconnectDelay`). Results the gateway has not confirmed and user messages it has not
- *   answered are sent again (the gateway applies each once), and calls that opened while
- *   the client was away are run. When the gateway no longer has every missed event, pending
+ *   `maxReconnectDelay`). Results the gateway has not confirmed, and user messages (options
+ *   included) and `session.update` messages it has not answered, are sent again (the gateway
+ *   applies each once), and calls that opened while the client was away are run. When the gateway no longer has every missed event, pending
  *   `say()` iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
@@ -287,6 +287,30 @@
  * @property {boolean} [reconnect] Resume after a dropped socket (default true).
  * @property {number} [maxReconnectDelay] The longest wait between reconnect attempts, ms (default 10000).
  * @property {number} [ackEvery] Acknowledge received events after this many (default 64).
+ * @property {string} [toolChoice] The session's default for which tools the model may call in
+ *   a response: `"auto"` (its choice; the gateway's default), `"none"`, `"required"` (at least
+ *   one) or one tool's name. A forced choice holds for the first model step of a response;
+ *   the steps after it are `"auto"`. Sent as `tool_choice` in `session.start`.
+ * @property {number} [maxSteps] The session's default for how many model steps a response may
+ *   take (each tool round is one): 1 up to the gateway's limit (`session.limits.max_steps`,
+ *   also its default). Sent as `max_steps`.
+ */
+
+/**
+ * Options of one user message, for its response only (`say()`, `post()`).
+ * @typedef {object} MessageOptions
+ * @property {string} [toolChoice] As the session's `toolChoice` (its default when absent).
+ * @property {string[]} [tools] The only tools the model may use for this response, by name
+ *   (some of the session's); every tool of the session when absent.
+ * @property {number} [maxSteps] The most model steps this response may take (the session's
+ *   default when absent).
+ */
+
+/**
+ * New session defaults (`update()`); an absent one stays as it is.
+ * @typedef {object} SessionDefaults
+ * @property {string} [toolChoice]
+ * @property {number} [maxSteps]
  */
 
 // ------------------------------------------------------------------------- constants
@@ -412,6 +436,8 @@ export class GatewayClient {
       reconnect = true,
       maxReconnectDelay = 10_000,
       ackEvery = 64,
+      toolChoice,
+      maxSteps,
     } = options;
     if (typeof WebSocketImpl !== "function") {
       throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
@@ -419,7 +445,7 @@ export class GatewayClient {
     this._WebSocket = WebSocketImpl;
     this._url = url;
     this._token = token;
-    this._startFields = compact({ agent, instructions, metadata });
+    this._startFields = compact({ agent, instructions, metadata, tool_choice: toolChoice, max_steps: maxSteps });
     this._reconnect = Boolean(reconnect);
     this._maxDelay = Math.max(0, Number(maxReconnectDelay));
     this._ackEvery = Math.max(1, Math.floor(Number(ackEvery)) || 1);
@@ -457,10 +483,12 @@ export class GatewayClient {
     this._running = new Map();
     /** @type {Map<string, object>} results sent but not confirmed by a tool.status */
     this._unconfirmed = new Map();
-    /** @type {Map<string, object>} user messages no response has started for yet */
+    /**
+     * In the order sent, by id: user messages until a response to them starts, and
+     * session.update messages until session.updated answers them (either: or an error).
+     * @type {Map<string, any>}
+     */
     this._unanswered = new Map();
-    /** @type {object | null} the last session.update until session.updated answers it */
-    this._update = null;
 
     this._sinceAck = 0;
     /** @type {SessionCreated | null} */
@@ -635,11 +663,32 @@ export class GatewayClient {
     };
     this._functions.set(name, { spec, handler });
     if (this._created) {
-      // session.start went out already: declare them all again (resent after a resume
-      // until session.updated answers it).
-      this._update = { type: "session.update", id: randomId("upd_"), client_functions: this._specs() };
-      this._sendQuiet(this._update);
+      // session.start went out already: declare them all again
+      this._sendQuiet(this._newUpdate({ client_functions: this._specs() }));
     }
+  }
+
+  /**
+   * Change the session's default `toolChoice` or `maxSteps` (see the constructor's options);
+   * an absent one stays as it is. They apply to the responses that start after it. Before the
+   * session starts they go in `session.start`; after, in a `session.update` (sent again after
+   * a resume until the gateway answers it), whose id is returned: `session.updated` answers
+   * it, or an `error` naming it in `in_reply_to` (a tool name the session does not have, say),
+   * which leaves the defaults as they were.
+   * @param {SessionDefaults} defaults
+   * @returns {Promise<string | null>} The update's id; `null` before the session started.
+   * @throws {SessionClosed} the session ended.
+   */
+  async update({ toolChoice, maxSteps } = {}) {
+    if (this._end) throw this._end;
+    const fields = compact({ tool_choice: toolChoice, max_steps: maxSteps });
+    if (!this._created) {
+      Object.assign(this._startFields, fields);
+      return null;
+    }
+    const update = this._newUpdate(fields);
+    this._send(update);
+    return update.id;
   }
 
   // ----------------------------------------------------------------------- conversation
@@ -649,16 +698,17 @@ export class GatewayClient {
    * that response's `response.done`. The text of consecutive model steps (before and after a
    * tool call) is joined with a space unless one side already has one.
    * @param {string} text
+   * @param {MessageOptions} [options] For this message's response only.
    * @returns {AsyncGenerator<string, void, void>}
    * @throws {ServerError} the gateway refused the message or the response failed.
    * @throws {ResumeGap} events were lost across a reconnect.
    * @throws {SessionClosed} the session ended.
    */
-  async *say(text) {
+  async *say(text, options = {}) {
     await this.start();
     const inbox = this._subscribe();
     try {
-      const msgId = await this.post(text);
+      const msgId = await this.post(text, options);
       let responseId = null;
       let stepEnded = false; // a text.done came: the next delta starts a new model step
       let last = ""; // the last character yielded
@@ -702,14 +752,18 @@ export class GatewayClient {
   /**
    * Send a user message without waiting for the reply; return its id. The reply arrives as
    * events: `response.created` names the message in `in_reply_to`. A message not yet
-   * answered when the socket drops is sent again after the resume; the gateway counts it once.
+   * answered when the socket drops is sent again after the resume, options included; the
+   * gateway counts it once.
    * @param {string} text
+   * @param {MessageOptions} [options] For this message's response only.
    * @returns {Promise<string>}
    */
-  async post(text) {
+  async post(text, { toolChoice, tools, maxSteps } = {}) {
+    if (typeof tools === "string") throw new TypeError("tools is a list of tool names, not one name");
     await this.start();
     const id = randomId("msg_");
-    const msg = { type: "user.message", id, text };
+    const options = compact({ tool_choice: toolChoice, tools: tools == null ? tools : [...tools], max_steps: maxSteps });
+    const msg = { type: "user.message", id, text, ...options };
     this._unanswered.set(id, msg);
     this._send(msg);
     return id;
@@ -773,6 +827,22 @@ export class GatewayClient {
   }
 
   // ----------------------------------------------------------------------- internals
+
+  /**
+   * A session.update, kept to be sent again until the gateway answers it. It replaces the
+   * unanswered ones sent just before it (no user message in between) that it overrides in
+   * full: every field they set, it sets too.
+   * @param {Record<string, any>} fields
+   */
+  _newUpdate(fields) {
+    const update = { type: "session.update", id: randomId("upd_"), ...fields };
+    for (const [id, earlier] of [...this._unanswered].reverse()) {
+      if (earlier.type !== "session.update") break; // a user message between them is answered with the earlier settings
+      if (updatedFields(earlier).every((field) => field in fields)) this._unanswered.delete(id);
+    }
+    this._unanswered.set(update.id, update);
+    return update;
+  }
 
   /** @returns {ToolSpec[]} */
   _specs() {
@@ -897,13 +967,10 @@ export class GatewayClient {
         break;
       case "error":
         if (this._session === null && this._created) this._created.reject(new ServerError(event));
-        if (event.in_reply_to) {
-          this._unanswered.delete(event.in_reply_to);
-          if (this._update?.id === event.in_reply_to) this._update = null;
-        }
+        if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
         break;
       case "session.updated":
-        if (this._update && event.in_reply_to === this._update.id) this._update = null;
+        if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
         break;
       case "tool.calls":
         for (const call of event.calls) this._runCall(call);
@@ -1092,7 +1159,6 @@ export class GatewayClient {
       this._sendQuiet({ type: "tool.results", results: results.slice(i, i + MAX_RESULTS_PER_MESSAGE) });
     }
     for (const msg of [...this._unanswered.values()]) this._sendQuiet(msg);
-    if (this._update) this._sendQuiet(this._update);
     for (const call of openCalls) this._runCall(call);
   }
 
@@ -1272,6 +1338,11 @@ function parseEvent(data) {
 /** The object without its `undefined` and `null` fields. */
 function compact(object) {
   return Object.fromEntries(Object.entries(object).filter(([, v]) => v !== undefined && v !== null));
+}
+
+/** The fields a session.update sets. */
+function updatedFields(update) {
+  return Object.keys(update).filter((key) => key !== "type" && key !== "id");
 }
 
 /** `prefix` + 12 URL-safe random characters (like Python's `secrets.token_urlsafe(9)`). */

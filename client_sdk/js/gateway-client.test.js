@@ -418,6 +418,58 @@ test("post() and cancel() send without waiting; listeners can unsubscribe", asyn
   await conv.close();
 });
 
+test("response options: session defaults in session.start, per-message ones in user.message", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolChoice: "required", maxSteps: 3 });
+  // before the start, update() changes what session.start will carry
+  assert.equal(await conv.update({ maxSteps: 4 }), null);
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  assert.deepEqual(await sock.next("session.start"), {
+    type: "session.start",
+    tool_choice: "required",
+    max_steps: 4,
+    client_functions: [],
+  });
+  sock.push(created(1));
+  await starting;
+
+  const reply = collect(conv.say("weather?", { toolChoice: "get_weather", tools: ["get_weather"], maxSteps: 2 }));
+  const msg = await sock.next("user.message");
+  assert.deepEqual(msg, {
+    type: "user.message",
+    id: msg.id,
+    text: "weather?",
+    tool_choice: "get_weather",
+    tools: ["get_weather"],
+    max_steps: 2,
+  });
+  sock.push(
+    { type: "response.created", response_id: "resp_1", in_reply_to: msg.id, seq: 2 },
+    { type: "response.done", response_id: "resp_1", status: "completed", seq: 3 },
+  );
+  assert.deepEqual(await reply, []);
+  // absent (or undefined) options are absent from the frame; an empty tools list is sent
+  const plain = await conv.post("hi", { toolChoice: undefined });
+  assert.deepEqual(await sock.next("user.message"), { type: "user.message", id: plain, text: "hi" });
+  const none = await conv.post("no tools", { tools: [] });
+  assert.deepEqual(await sock.next("user.message"), { type: "user.message", id: none, text: "no tools", tools: [] });
+  await assert.rejects(conv.post("x", { tools: "get_weather" }), TypeError);
+
+  // after the start, update() sends a session.update with only what it changes
+  const upd = await conv.update({ toolChoice: "none" });
+  assert.deepEqual(await sock.next("session.update"), { type: "session.update", id: upd, tool_choice: "none" });
+  assert.match(upd, /^upd_/);
+  await conv.close();
+  await assert.rejects(conv.update({ maxSteps: 1 }), SessionClosed);
+});
+
+test("the session starts without tool_choice and max_steps unless asked", async () => {
+  const { conv, start } = await started({ agent: "demo" });
+  assert.deepEqual(start, { type: "session.start", agent: "demo", client_functions: [] });
+  await conv.close();
+});
+
 // ----------------------------------------------------------------------- events and seq
 
 test("events with a seq already seen are dropped; unknown and malformed frames are skipped", async (t) => {
@@ -713,6 +765,43 @@ test("a session.update not yet answered is sent again after a resume", async () 
   assert.deepEqual(await sock2.next("session.update"), update);
   sock2.push({ type: "session.updated", tools: [], in_reply_to: update.id, seq: 2 });
   const sock3 = await dropAndResume(gw, sock2, 2);
+  await flush();
+  assert.deepEqual(sock3.unread, []);
+  await conv.close();
+});
+
+test("after a resume, messages keep their options and updates go again in the order sent", async () => {
+  const { gw, conv, sock } = await started();
+  const first = await conv.update({ toolChoice: "required" });
+  const firstFrame = await sock.next("session.update");
+  const msg = await conv.post("one", { toolChoice: "none", tools: ["device_a"], maxSteps: 2 });
+  const msgFrame = await sock.next("user.message");
+  assert.deepEqual(msgFrame, { type: "user.message", id: msg, text: "one", tool_choice: "none", tools: ["device_a"], max_steps: 2 });
+  // these two go unanswered; the second overrides the first in full: only it is kept
+  await conv.update({ maxSteps: 5 });
+  await sock.next("session.update");
+  const last = await conv.update({ toolChoice: "auto", maxSteps: 6 });
+  const lastFrame = await sock.next("session.update");
+  // registered later: a session.update of its own (it does not override the one before it)
+  conv.clientFunction("late", () => 1);
+  const declared = await sock.next("session.update");
+
+  const sock2 = await dropAndResume(gw, sock, 1);
+  assert.deepEqual(await sock2.next("session.update"), firstFrame);
+  assert.deepEqual(await sock2.next("user.message"), msgFrame);
+  assert.deepEqual(await sock2.next("session.update"), lastFrame);
+  assert.deepEqual(await sock2.next("session.update"), declared);
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+
+  // answered now: only the message waiting for its response goes again
+  sock2.push(
+    { type: "session.updated", in_reply_to: first, seq: 2 },
+    { type: "error", code: "invalid_message", message: "max_steps 6 is over", in_reply_to: last, seq: 3 },
+    { type: "session.updated", in_reply_to: declared.id, seq: 4 },
+  );
+  const sock3 = await dropAndResume(gw, sock2, 2);
+  assert.deepEqual(await sock3.next("user.message"), msgFrame);
   await flush();
   assert.deepEqual(sock3.unread, []);
   await conv.close();

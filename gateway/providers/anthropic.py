@@ -103,6 +103,8 @@ class AnthropicProvider(HttpProvider):
                 }
                 for tool in request.tools
             ]
+            if request.tool_choice != "auto":  # absent means auto: its bodies stay as they were
+                body["tool_choice"] = _tool_choice(request.tool_choice)
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
         return body
@@ -161,3 +163,13 @@ class AnthropicProvider(HttpProvider):
             reason=_STOP_REASONS.get(stop, stop),
             usage=ModelUsage(input_tokens=input_tokens, output_tokens=output_tokens),
         )
+
+
+def _tool_choice(choice: str) -> dict[str, Any]:
+    """``ModelRequest.tool_choice`` (not ``auto``) as the Messages API's ``tool_choice``:
+    Anthropic says ``any`` for "at least one call" and ``tool`` for one named tool."""
+    if choice == "none":
+        return {"type": "none"}
+    if choice == "required":
+        return {"type": "any"}
+    return {"type": "tool", "name": choice}

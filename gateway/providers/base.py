@@ -31,6 +31,8 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
 
     tools: bool = True
     parallel_tool_calls: bool = True
+    tool_choice: bool = True
+    """Honours ``ModelRequest.tool_choice`` (``none``, ``required``, one tool)."""
 
 
 class Provider(Protocol):

@@ -38,6 +38,16 @@ def _response(output: Any, error: str | None) -> dict[str, Any]:
     return {"result": output}
 
 
+def _calling(choice: str) -> dict[str, Any]:
+    """``ModelRequest.tool_choice`` (not ``auto``) as a ``functionCallingConfig``. Gemini has
+    no mode for one tool: ``ANY`` (some call) narrowed to that one name does it."""
+    if choice == "none":
+        return {"mode": "NONE"}
+    if choice == "required":
+        return {"mode": "ANY"}
+    return {"mode": "ANY", "allowedFunctionNames": [choice]}
+
+
 def gemini_contents(request: ModelRequest) -> list[dict[str, Any]]:
     """The conversation as Gemini ``contents``, consecutive same-role items merged."""
     contents: list[dict[str, Any]] = []
@@ -99,6 +109,8 @@ class GeminiProvider(HttpProvider):
                     ]
                 }
             ]
+            if request.tool_choice != "auto":  # absent means AUTO: its bodies stay as they were
+                body["toolConfig"] = {"functionCallingConfig": _calling(request.tool_choice)}
         config: dict[str, Any] = {}
         if self.settings.temperature is not None:
             config["temperature"] = self.settings.temperature

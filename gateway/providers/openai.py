@@ -85,6 +85,8 @@ class OpenAIProvider(HttpProvider):
                 }
                 for tool in request.tools
             ]
+            if request.tool_choice != "auto":  # absent means auto: its bodies stay as they were
+                body["tool_choice"] = _tool_choice(request.tool_choice)
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
         if self.settings.max_tokens is not None:
@@ -130,6 +132,13 @@ class OpenAIProvider(HttpProvider):
         for index in sorted(calls):
             yield tool_call(calls[index]["name"], calls[index]["arguments"])
         yield ModelFinish(reason=finish, usage=usage)
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    """``ModelRequest.tool_choice`` (not ``auto``) as Chat Completions' ``tool_choice``."""
+    if choice in ("none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def _message(error: Any) -> str:

@@ -263,9 +263,12 @@ class ScriptedProvider:
         # Rules are the operator's regexes and Python's re backtracks: a long message must
         # not make one run for seconds on the event loop, so rules see its start only.
         seen = text[:RULE_TEXT_MAX_CHARS]
+        choice = request.tool_choice
         for pattern, rule in self._rules:
             found = pattern.search(seen)
             if found is None or any(call.tool not in offered for call in rule.calls):
+                continue
+            if not _honours(rule, choice):
                 continue
             context: dict[str, Any] = {"text": text, "0": found.group(0)}
             context.update({str(i): g or "" for i, g in enumerate(found.groups(), start=1)})
@@ -273,6 +276,14 @@ class ScriptedProvider:
             calls = [(c.tool, _render_args(c.args, context)) for c in rule.calls]
             pace = self._pace if rule.pace is None else rule.pace
             return render(rule.say, context), calls, rule.error, pace
+        if choice not in ("auto", "none"):
+            wanted = "a tool" if choice == "required" else repr(choice)
+            # A model told to call a tool that cannot: the step fails, saying why.
+            problem = (
+                f"the scenario has no rule for this message that calls {wanted},"
+                f" as tool_choice {choice!r} asks"
+            )
+            return "", [], problem, self._pace
         return self._scenario.fallback, [], None, self._pace
 
     def _answer_results(
@@ -419,6 +430,17 @@ class _Play:
         # Called as the room flag is set, from inside the session's loop: play from a
         # callback of our own instead.
         self._loop.call_soon(self._play)
+
+
+def _honours(rule: Rule, choice: str) -> bool:
+    """Whether answering with ``rule`` keeps to ``tool_choice`` ``choice``."""
+    if choice == "auto":
+        return True
+    if choice == "none":
+        return not rule.calls
+    if choice == "required":
+        return bool(rule.calls)
+    return any(call.tool == choice for call in rule.calls)
 
 
 def _by_tool(rules: list[ResultRule]) -> dict[str, list[ResultRule]]:
