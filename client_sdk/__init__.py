@@ -1,22 +1,28 @@
 """Client SDK for the conversation gateway (Python; the browser module is in ``js/``).
 
-``connect`` gives a ``Conversation``: client functions, streamed replies, and a
-socket that survives drops. ``connect_raw`` is the typed low-level connection.
+``connect`` gives a ``Conversation``: client functions, streamed replies, server tools in
+manual tool mode, and a socket that survives drops. ``connect_raw`` is the typed low-level
+connection.
 """
 
-from client_sdk.client import Conversation, connect
+from client_sdk.client import Conversation, ToolMode, connect
 from client_sdk.connection import Connection, connect_raw
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
+from client_sdk.server_tools import RUN_ON_GATEWAY, RunOnGateway, ServerToolHandler
 
 __all__ = [
+    "RUN_ON_GATEWAY",
     "ClientError",
     "Connection",
     "Conversation",
     "EventStream",
     "ResumeGap",
+    "RunOnGateway",
     "ServerError",
+    "ServerToolHandler",
     "SessionClosed",
+    "ToolMode",
     "connect",
     "connect_raw",
 ]

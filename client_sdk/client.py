@@ -28,10 +28,12 @@ Your battery is at 82%.
 ```
 
 Client functions run when the gateway asks for them, concurrently, within the
-call's deadline. A dropped socket is resumed (resume.py) with backoff and jitter; the
+call's deadline. In manual tool mode (``tool_mode="manual"``) the server tools the model
+calls come to the client too: ``on_server_tool`` answers them, or has the gateway run them
+(the default). A dropped socket is resumed (resume.py) with backoff and jitter; the
 app sees no gap and no duplicate: events are checked by ``seq``, and what the gateway
-had not confirmed (results, user messages, ``session.update`` messages) is sent again (the
-gateway applies each once).
+had not confirmed (results, ``tool.run`` requests, user messages, ``session.update``
+messages) is sent again (the gateway applies each once).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import contextlib
 import secrets
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import websockets
@@ -52,6 +54,7 @@ from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, answer, make_function
 from client_sdk.resume import FINAL_CLOSES, Outbox, Reconnector, Resumed, closed_with
+from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from gateway.protocol import (
     Ack,
@@ -70,14 +73,20 @@ from gateway.protocol import (
     TextDelta,
     TextDone,
     ToolCalls,
+    ToolResult,
     ToolResults,
+    ToolRun,
     UserMessage,
     decode_server,
 )
 
-__all__ = ["Conversation", "TokenSource", "connect"]
+__all__ = ["Conversation", "TokenSource", "ToolMode", "connect"]
 
 F = Callable[..., Any]
+H = TypeVar("H", bound=ServerToolHandler)
+ToolMode = Literal["auto", "manual"]
+"""``auto``: the gateway runs its server tools; ``manual``: every tool call the model asks
+for, server tools included, comes to the client (``on_server_tool``)."""
 TokenSource = str | Callable[[], Awaitable[str]]
 """A client token, or an async function that fetches a fresh one (from the app's backend,
 which mints it with ``POST /v1/sessions``) before each connect and reconnect."""
@@ -115,6 +124,9 @@ class Conversation:
         max_steps: the session's default for how many model steps a response may take
             (each tool round is one): 1 up to the gateway's limit
             (``session.limits.max_steps``, also its default).
+        tool_mode: the session's default tool mode: ``"auto"`` (the gateway runs its server
+            tools; the gateway's default) or ``"manual"`` (every tool call the model asks
+            for, server tools included, comes to the client: see ``on_server_tool``).
     """
 
     def __init__(
@@ -131,6 +143,7 @@ class Conversation:
         ack_every: int = 64,
         tool_choice: str | None = None,
         max_steps: int | None = None,
+        tool_mode: ToolMode | None = None,
     ) -> None:
         self._url = url
         self._token = token
@@ -141,11 +154,13 @@ class Conversation:
             metadata=metadata or {},
             tool_choice=tool_choice,
             max_steps=max_steps,
+            tool_mode=tool_mode,
         )
         self._reconnect = reconnect
         self._reconnector = Reconnector(self._open_socket, max_reconnect_delay)
         self._ack_every = ack_every
         self._functions: dict[str, ClientFunction] = {}
+        self._server_tool_handler: ServerToolHandler | None = None
         self._ws: ClientConnection | None = None
         self._background = Background()
         self._subscribers: weakref.WeakSet[EventStream] = weakref.WeakSet()
@@ -220,11 +235,35 @@ class Conversation:
             update = self._new_update(client_functions=[f.spec for f in self._functions.values()])
             self._background.spawn(self._send(update), "update")
 
+    def on_server_tool(self, handler: H) -> H:
+        """Handle the server tools the model calls in manual tool mode (``tool.calls`` with
+        ``kind="server"``); usable as a decorator. One handler for every such call; a new
+        one replaces it.
+
+        ``handler(call)`` gets the ``ClientCall`` (``tool``, ``args``...) and, within the
+        call's deadline, returns the call's output (JSON-compatible data), raises (the error
+        result is ``"<Exception>: <message>"``, as for a client function), or returns
+        ``RUN_ON_GATEWAY`` (or ``RunOnGateway(args={...})``, edited arguments) to have the
+        gateway run the tool, whose outcome is then the call's result. ``async`` or plain
+        (a plain one runs in a worker thread). Without a handler every such call runs on the
+        gateway, as in auto mode. Each call id is handled once, even across reconnects; a
+        ``tool.run`` the gateway has not confirmed is sent again after a resume. A
+        ``tool.run`` the gateway refuses (arguments off the tool's schema) gets the refusal
+        as the call's error result, so the response goes on.
+        """
+        self._server_tool_handler = handler
+        return handler
+
     async def update(
-        self, *, tool_choice: str | None = None, max_steps: int | None = None
+        self,
+        *,
+        tool_choice: str | None = None,
+        max_steps: int | None = None,
+        tool_mode: ToolMode | None = None,
     ) -> str | None:
-        """Change the session's default ``tool_choice`` or ``max_steps`` (see the class);
-        ``None`` leaves one as it is. They apply to the responses that start after it.
+        """Change the session's default ``tool_choice``, ``max_steps`` or ``tool_mode`` (see
+        the class); ``None`` leaves one as it is. They apply to the responses that start
+        after it.
 
         Before the session starts they go in ``session.start``. After, they go in a
         ``session.update`` (sent again after a resume until the gateway answers it), whose
@@ -238,12 +277,12 @@ class Conversation:
         if self._end is not None:
             raise self._end
         if self._created is None:
-            changes = {"tool_choice": tool_choice, "max_steps": max_steps}
+            changes = {"tool_choice": tool_choice, "max_steps": max_steps, "tool_mode": tool_mode}
             self._start_msg = msgspec.structs.replace(
                 self._start_msg, **{k: v for k, v in changes.items() if v is not None}
             )
             return None
-        update = self._new_update(tool_choice=tool_choice, max_steps=max_steps)
+        update = self._new_update(tool_choice=tool_choice, max_steps=max_steps, tool_mode=tool_mode)
         await self._send(update)
         return update.id
 
@@ -256,6 +295,7 @@ class Conversation:
         tool_choice: str | None = None,
         tools: Sequence[str] | None = None,
         max_steps: int | None = None,
+        tool_mode: ToolMode | None = None,
     ) -> AsyncIterator[str]:
         """Send a user message and yield the text of the response to it, as it streams.
 
@@ -271,6 +311,8 @@ class Conversation:
                 the session's); every tool of the session when ``None``.
             max_steps: the most model steps this response may take (the session's default
                 when ``None``).
+            tool_mode: ``"auto"`` or ``"manual"`` for this response only (the session's
+                default when ``None``).
 
         Raises:
             ServerError: the gateway refused the message or the response failed.
@@ -281,7 +323,7 @@ class Conversation:
         stream = self.events()
         try:
             msg_id = await self.post(
-                text, tool_choice=tool_choice, tools=tools, max_steps=max_steps
+                text, tool_choice=tool_choice, tools=tools, max_steps=max_steps, tool_mode=tool_mode
             )
             response_id: str | None = None
             step_ended = False  # a text.done came: the next delta starts a new step
@@ -316,6 +358,7 @@ class Conversation:
         tool_choice: str | None = None,
         tools: Sequence[str] | None = None,
         max_steps: int | None = None,
+        tool_mode: ToolMode | None = None,
     ) -> str:
         """Send a user message without waiting for the reply; return its id.
 
@@ -334,6 +377,7 @@ class Conversation:
             tool_choice=tool_choice,
             tools=None if tools is None else list(tools),
             max_steps=max_steps,
+            tool_mode=tool_mode,
         )
         self._outbox.keep(msg)
         await self._send(msg)
@@ -426,6 +470,12 @@ class Conversation:
             case ToolCalls(calls=calls):
                 for call in calls:
                     self._run_call(call)
+            case Error() if (refused := self._outbox.refused_run(event)) is not None:
+                if event.code != "unknown_call":  # the call stays ours: answer it, not hang
+                    call_id, tool = refused.msg.call_id, refused.tool
+                    result = ToolResult(call_id=call_id, tool=tool, error=event.message)
+                    self._outbox.results[result.call_id] = result
+                    self._background.spawn(self._send(ToolResults(results=[result])), "result")
         self._outbox.confirm(event)
         self._deliver(event)
 
@@ -437,10 +487,18 @@ class Conversation:
         task.add_done_callback(lambda _: self._running.pop(call.call_id, None))
 
     async def _execute(self, call: ClientCall) -> None:
-        result = await answer(self._functions.get(call.tool), call)
+        if call.kind == "server":  # manual tool mode: never a client function's call
+            reply = await decide(self._server_tool_handler, call)
+        else:
+            reply = await answer(self._functions.get(call.tool), call)
         self._answered.add(call.call_id)
-        self._outbox.results[call.call_id] = result
-        await self._send(ToolResults(results=[result]))
+        if isinstance(reply, ToolRun):
+            run = msgspec.structs.replace(reply, id=f"run_{secrets.token_urlsafe(9)}")
+            self._outbox.keep_run(run, call.tool)
+            await self._send(run)
+        else:
+            self._outbox.results[call.call_id] = reply
+            await self._send(ToolResults(results=[reply]))
 
     async def _after_resume(self, resumed: Resumed) -> None:
         """Carry on over the new socket: deliver the answer, send again what the gateway

@@ -24,6 +24,7 @@ from gateway.protocol import (
     Outbound,
     SessionStart,
     SessionUpdate,
+    ToolRun,
     UserMessage,
     decode_server,
     encode,
@@ -35,18 +36,23 @@ MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
 
 
-_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps")
+_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps", "tool_mode")
 """Fields added to protocol v1 after its first release: sent only when set."""
 
 
 def text_frame(msg: ClientMsg) -> str:
     """``msg`` as the text frame the SDK sends: like ``encode``, but without the response
-    options (``tool_choice``, ``tools``, ``max_steps``) it leaves unset, so that a gateway
-    older than them, which rejects fields it does not know, still takes the message."""
-    if not isinstance(msg, UserMessage | SessionStart | SessionUpdate):
+    options (``tool_choice``, ``tools``, ``max_steps``, ``tool_mode``) it leaves unset, so
+    that a gateway older than them, which rejects fields it does not know, still takes the
+    message; a ``tool.run`` without edited arguments leaves ``args`` out."""
+    if isinstance(msg, ToolRun):
+        options: tuple[str, ...] = ("args",)
+    elif isinstance(msg, UserMessage | SessionStart | SessionUpdate):
+        options = _RESPONSE_OPTIONS
+    else:
         return encode(msg).decode()
     data = msgspec.to_builtins(msg)
-    for name in _RESPONSE_OPTIONS:
+    for name in options:
         if name in data and data[name] is None:
             del data[name]
     return msgspec.json.encode(data).decode()

@@ -4,8 +4,9 @@
 between two sockets. ``Reconnector.run`` opens sockets with backoff and jitter until the
 gateway answers a ``session.resume`` (or says the session is gone); ``Outbox`` keeps what
 the client sent that the gateway has not confirmed, to be sent again on the new socket
-(the gateway applies each message once: results by call id, user messages and
-``session.update`` by their id). The JS SDK (js/gateway-client.js) follows the same steps.
+(the gateway applies each message once: results and ``tool.run`` by call id, user messages
+and ``session.update`` by their id). The JS SDK (js/gateway-client.js) follows the same
+steps.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gateway.protocol import (
     SessionUpdated,
     ToolResult,
     ToolResults,
+    ToolRun,
     ToolStatus,
     UserMessage,
     decode_server,
@@ -43,6 +45,7 @@ __all__ = [
     "MAX_RESULTS_PER_MESSAGE",
     "RESUME_ANSWER_TIMEOUT",
     "Outbox",
+    "PendingRun",
     "Reconnector",
     "Resumed",
     "closed_with",
@@ -78,12 +81,22 @@ def closed_with(exc: websockets.ConnectionClosed) -> SessionClosed:
     return SessionClosed(exc.rcvd.code, exc.rcvd.reason)
 
 
+class PendingRun(msgspec.Struct, frozen=True):
+    """A ``tool.run`` the gateway has not confirmed, and the tool of its call."""
+
+    msg: ToolRun
+    tool: str
+
+
 class Outbox:
     """What the client sent that the gateway has not confirmed yet."""
 
     def __init__(self) -> None:
         self.results: dict[str, ToolResult] = {}
         """Client-function results until a ``tool.status`` for their call."""
+        self.runs: dict[str, PendingRun] = {}
+        """``tool.run`` requests by call id, until a ``tool.status`` for their call, or an
+        error that answers them and is not retryable."""
         self.sent: dict[str, UserMessage | SessionUpdate] = {}
         """In the order sent, by id: user messages until a response to them starts, and
         ``session.update`` messages until ``session.updated`` answers them (or, either, until
@@ -106,26 +119,46 @@ class Outbox:
                     del self.sent[msg_id]
         self.sent[msg.id] = msg
 
+    def keep_run(self, run: ToolRun, tool: str) -> None:
+        """Keep ``run`` (it has an id) until the gateway confirms it."""
+        if run.id is None:
+            raise ValueError("only a message with an id can wait for confirmation")
+        self.runs[run.call_id] = PendingRun(run, tool)
+
+    def refused_run(self, event: Error) -> PendingRun | None:
+        """The ``tool.run`` that ``event`` refuses for good (not ``retryable``), if any."""
+        if event.in_reply_to is None or event.retryable:
+            return None
+        for pending in self.runs.values():
+            if pending.msg.id == event.in_reply_to:
+                return pending
+        return None
+
     def confirm(self, event: Outbound) -> None:
         """Forget what ``event`` shows the gateway has applied."""
         match event:
             case ToolStatus(call_id=call_id):
                 self.results.pop(call_id, None)
+                self.runs.pop(call_id, None)
             case ResponseCreated(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)
             case SessionUpdated(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)
             case Error(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)
+                if (refused := self.refused_run(event)) is not None:
+                    del self.runs[refused.msg.call_id]
 
     def resend(self) -> list[ClientMsg]:
-        """Everything unconfirmed, in the order to send it on a resumed socket."""
+        """Everything unconfirmed, in the order to send it on a resumed socket: results,
+        ``tool.run`` requests, then user messages and ``session.update`` in the order sent."""
         results = list(self.results.values())
         batches: list[ClientMsg] = [
             ToolResults(results=results[at : at + MAX_RESULTS_PER_MESSAGE])
             for at in range(0, len(results), MAX_RESULTS_PER_MESSAGE)
         ]
-        return [*batches, *self.sent.values()]
+        runs = [pending.msg for pending in self.runs.values()]
+        return [*batches, *runs, *self.sent.values()]
 
 
 def _fields_set(update: SessionUpdate) -> set[str]:

@@ -43,6 +43,8 @@ class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     timeout: float | None = None
     delivery: Literal["when_idle", "interrupt", "silent"] | None = None
     """Async tools: overrides the delivery set in ``@tool``."""
+    scopes: list[str] | None = None
+    """Scopes the session's user must all have; overrides those set in ``@tool``."""
 
 
 _Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -149,7 +151,11 @@ def load_agent(
             found = _import_tool(entry.ref, path.parent)
             if not isinstance(found, ServerTool):
                 raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
-            python_tools.append(found.with_options(timeout=entry.timeout, delivery=entry.delivery))
+            python_tools.append(
+                found.with_options(
+                    timeout=entry.timeout, delivery=entry.delivery, scopes=entry.scopes
+                )
+            )
         client_defs = [
             ToolDef(
                 name=fn.name,

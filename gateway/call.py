@@ -67,6 +67,11 @@ class Call(msgspec.Struct, kw_only=True):
     adopted here): its outcome comes only if that node lives to post it."""
     output: Any = None
     error: str | None = None
+    code: str | None = None
+    """Why it failed, as a code, when there is one: ``forbidden``."""
+    manual: bool = False
+    """A server tool offered to the client (manual tool mode): ``kind`` is ``client``
+    until the client has the gateway run it (``tool.run``)."""
 
     @property
     def settled(self) -> bool:

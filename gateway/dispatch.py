@@ -19,7 +19,8 @@ from gateway.call import Call, CallState, Ledger
 from gateway.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
 from gateway.model import ModelToolCall
 from gateway.outbox import Outbox
-from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolStatus
+from gateway.principal import ANONYMOUS, Principal
+from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolRun, ToolStatus
 from gateway.tools import ToolRegistry, default_display_name
 from gateway.transcript import PENDING, ToolOutcome, completion_note
 
@@ -53,8 +54,11 @@ class Dispatcher:
         client_call_timeout: float,
         server_tool_timeout: float,
         max_result_size: int | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> None:
         self.tools = tools
+        self._principal = principal
+        """Whom the calls run for: the scopes a tool requires are checked against theirs."""
         self.ledger = Ledger()
         self._out = outbox
         self._new_id = new_id
@@ -72,15 +76,18 @@ class Dispatcher:
         response_id: str,
         now: float,
         refuse: Callable[[str], str | None] = lambda _: None,
+        manual: bool = False,
     ) -> list[Call]:
         """Create and start the calls of one model step.
 
         Client functions go out together in one ``tool.calls``, after the
         status of any server tool and of any call refused before dispatch. ``refuse``
         says why a tool may not be called in this response (``gateway.tool_choice``):
-        such a call fails at once, and the model sees why.
+        such a call fails at once, and the model sees why. With ``manual`` (manual tool
+        mode), server tools go to the client too, and run here only if it asks
+        (``run_on_gateway``).
         """
-        calls = [self._new_call(request, response_id, now) for request in requests]
+        calls = [self._new_call(request, response_id, now, manual) for request in requests]
         batch: list[ClientCall] = []
         for call, request in zip(calls, requests, strict=True):
             if (reason := refuse(call.tool)) is not None:
@@ -98,10 +105,11 @@ class Dispatcher:
             self._out.send(ToolCalls(response_id=response_id, calls=batch))
         return calls
 
-    def _new_call(self, request: ModelToolCall, response_id: str, now: float) -> Call:
+    def _new_call(self, request: ModelToolCall, response_id: str, now: float, manual: bool) -> Call:
         entry = self.tools.get(request.name)
         definition = entry.definition if entry else None
-        is_client = definition is not None and definition.kind == "client"
+        offered = manual and definition is not None and definition.kind == "server"
+        is_client = offered or (definition is not None and definition.kind == "client")
         default_timeout = self._client_call_timeout if is_client else self._server_tool_timeout
         timeout = (definition.timeout if definition else None) or default_timeout
         call = Call(
@@ -115,6 +123,7 @@ class Dispatcher:
             deadline=now + timeout,
             execution=definition.execution if definition else "sync",
             delivery=definition.delivery if definition else "when_idle",
+            manual=offered,
         )
         self.ledger.add(call)
         return call
@@ -124,6 +133,14 @@ class Dispatcher:
         if entry is None:
             self._settle(call, CallState.FAILED, error=f"unknown tool {call.tool!r}")
             return None
+        if missing := [s for s in entry.definition.scopes if s not in self._principal.scopes]:
+            who = self._principal.user_id or self._principal.name
+            error = (
+                f"forbidden: tool {call.tool!r} needs the scope {missing[0]!r},"
+                f" which {who!r} does not have"
+            )
+            self._settle(call, CallState.FAILED, error=error, code="forbidden")
+            return None
         problem = entry.input_validator.problem(call.args)
         if problem:
             self._settle(call, CallState.FAILED, error=f"invalid arguments: {problem}")
@@ -131,6 +148,11 @@ class Dispatcher:
         call.dispatched = True
         if call.kind == "client":
             return client_call(call, now)
+        self._run(call)
+        return None
+
+    def _run(self, call: Call) -> None:
+        """Have the driver run server tool ``call``."""
         call.advance(CallState.RUNNING)
         if call.execution == "async":
             call.advance(CallState.PENDING)  # the model gets PENDING at once
@@ -140,7 +162,37 @@ class Dispatcher:
                 call_id=call.call_id, tool=call.tool, args=call.args, response_id=call.response_id
             )
         )
-        return None
+
+    def run_on_gateway(self, msg: ToolRun, now: float) -> None:
+        """Manual tool mode: run here a server tool offered to the client (``tool.run``),
+        with its deadline from now; a bad request gets an ``error`` and the call stays
+        the client's."""
+        call = self.ledger.get(msg.call_id)
+        if call is None or not call.manual:
+            self._out.error(
+                "unknown_call",
+                "no server-tool call offered to the client with this id in this session",
+                in_reply_to=msg.id,
+                call_id=msg.call_id[:128],
+            )
+            return
+        entry = self.tools.get(call.tool)
+        if call.settled or call.kind == "server" or entry is None:
+            self._out.send(_status(call, duplicate=True))  # it runs, or ran, once
+            return
+        args = call.args if msg.args is None else msg.args
+        if problem := entry.input_validator.problem(args):
+            self._out.error(
+                "invalid_message",
+                f"invalid arguments: {problem}",
+                in_reply_to=msg.id,
+                call_id=call.call_id,
+            )
+            return
+        call.kind, call.args = "server", args
+        call.deadline = now + (entry.definition.timeout or self._server_tool_timeout)
+        self._run(call)
+        self._out.do(SaveCall(call))
 
     # ----------------------------------------------------------------- outcomes
 
@@ -201,7 +253,7 @@ class Dispatcher:
         if size := self._oversize(event.error if event.error is not None else event.output):
             self._settle(call, CallState.FAILED, error=self._too_large_reason("output", size))
         elif event.error is not None:
-            self._settle(call, CallState.FAILED, error=event.error)
+            self._settle(call, CallState.FAILED, error=event.error, code=event.code)
         elif problem := self._output_problem(call, event.output):
             self._settle(call, CallState.FAILED, error=problem)
         else:
@@ -294,10 +346,16 @@ class Dispatcher:
         return f"result does not match the output schema: {problem}" if problem else None
 
     def _settle(
-        self, call: Call, state: CallState, *, output: Any = None, error: str | None = None
+        self,
+        call: Call,
+        state: CallState,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        code: str | None = None,
     ) -> None:
         call.advance(state)
-        call.output, call.error = output, error
+        call.output, call.error, call.code = output, error, code
         self._out.do(SaveCall(call))
         self._out.send(_status(call))
 
@@ -311,6 +369,7 @@ def client_call(call: Call, now: float) -> ClientCall:
         args=call.args,
         deadline=call.deadline,
         timeout=round(max(0.0, call.deadline - now), 3),
+        kind="server" if call.manual else "client",
     )
 
 
@@ -328,6 +387,7 @@ def _status(call: Call, *, duplicate: bool = False) -> ToolStatus:
         status=call.state.value,
         response_id=call.response_id,
         error=call.error,
+        code=call.code,
         duplicate=duplicate,
     )
     if call.kind == "server" and call.state is CallState.COMPLETED:

@@ -83,7 +83,7 @@ from gateway.session import LOG_ONLY, Session
 from gateway.state import encode_item, encode_state
 from gateway.store import Lease, LeaseLost, MemoryStore, Store
 from gateway.text import SurrogatePairer, uncarriable
-from gateway.tool_backend import Toolbox, tool_failure
+from gateway.tool_backend import Caller, Toolbox, failure_code, tool_failure
 
 __all__ = ["Driver"]
 
@@ -1068,12 +1068,18 @@ class Driver:
             lambda payload: self._report(ToolProgress(call_id=call_id, payload=payload))
         )
         try:
-            output = await self._toolbox.call(effect.tool, effect.args, progress)
+            output = await self._toolbox.call(
+                effect.tool, effect.args, progress, Caller.of(self.session.principal)
+            )
         except Exception as exc:
             log.warning(
                 "tool_raised", call_id=effect.call_id, tool=effect.tool, error=type(exc).__name__
             )
-            self._report(ToolFinished(call_id=effect.call_id, error=tool_failure(exc)))
+            self._report(
+                ToolFinished(
+                    call_id=effect.call_id, error=tool_failure(exc), code=failure_code(exc)
+                )
+            )
         else:
             log.info(
                 "tool_returned",

@@ -98,6 +98,11 @@ class ToolError(GatewayError):
     code: ErrorCode = "internal"
 
 
+class ToolForbidden(ToolError):
+    """A tool refuses its caller (another user's order, say): the call fails with the code
+    ``forbidden`` (``tool.status``), and the model sees the message."""
+
+
 class ConfigError(GatewayError):
     """The gateway's configuration (agent file, scenario, flags) is invalid."""
 

@@ -61,6 +61,8 @@ class ToolFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_finished
     call_id: str
     output: Any = None
     error: str | None = None
+    code: str | None = None
+    """With ``error``: ``forbidden`` when the tool refused the caller."""
 
 
 class ToolProgress(msgspec.Struct, frozen=True, kw_only=True, tag="tool_progress"):

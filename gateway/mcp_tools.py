@@ -43,7 +43,14 @@ from gateway.mcp_result import (
     progress_payload,
     tool_result,
 )
-from gateway.tool_backend import BackendKind, EntryBackend, McpServerEntry, ReportProgress
+from gateway.tool_backend import (
+    NOBODY,
+    BackendKind,
+    Caller,
+    EntryBackend,
+    McpServerEntry,
+    ReportProgress,
+)
 from gateway.tools import ToolDef
 
 __all__ = ["McpTools"]
@@ -128,7 +135,13 @@ class McpTools(EntryBackend):
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
-    async def call(self, name: str, args: dict[str, Any], progress: ReportProgress) -> Any:
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,  # not sent: the agent file's headers speak for the gateway
+    ) -> Any:
         """Call the tool ``name`` (ours) on the server; see ``ToolBackend.call``.
 
         A server that is down is waited for up to ``connect_timeout``. Cancelling the

@@ -45,7 +45,9 @@ from gateway.openapi_request import (
     status_line,
 )
 from gateway.tool_backend import (
+    NOBODY,
     BackendKind,
+    Caller,
     EntryBackend,
     OpenApiEntry,
     ReportProgress,
@@ -136,7 +138,13 @@ class OpenApiTools(EntryBackend):
     def on_change(self, listener: Callable[[], None]) -> None:
         """The document is loaded once: the tools never change while the gateway runs."""
 
-    async def call(self, name: str, args: dict[str, Any], progress: ReportProgress) -> Any:
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,  # not sent: the agent file's headers speak for the gateway
+    ) -> Any:
         """Send the operation's request; the answer's JSON (or text) is the result.
 
         Raises:

@@ -47,6 +47,7 @@ __all__ = [
     "ToolInfo",
     "ToolResult",
     "ToolResults",
+    "ToolRun",
     "ToolSpec",
     "ToolStatus",
     "TranscriptEntry",
@@ -108,6 +109,11 @@ MaxSteps = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 """Model steps a response may take (each tool round is a step); at most the gateway's
 ``max_steps`` (``session.created`` ``limits``)."""
 
+ToolMode = Literal["auto", "manual"]
+"""``auto``: the gateway runs server tools; ``manual``: every tool call the model asks for,
+server tools included, goes to the client in ``tool.calls`` (Genkit's
+``returnToolRequests``); the client answers it, or has the gateway run it (``tool.run``)."""
+
 ToolNames = Annotated[
     list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(max_length=128)
 ]
@@ -125,6 +131,8 @@ class SessionStart(ClientMsg, tag="session.start"):
     """The session's default ``tool_choice`` (``auto`` when absent)."""
     max_steps: MaxSteps | None = None
     """The session's default ``max_steps`` (the gateway's when absent)."""
+    tool_mode: ToolMode | None = None
+    """The session's default tool mode (``auto`` when absent)."""
 
 
 class SessionResume(ClientMsg, tag="session.resume"):
@@ -147,6 +155,8 @@ class SessionUpdate(ClientMsg, tag="session.update"):
     """Replaces the session's default ``tool_choice``."""
     max_steps: MaxSteps | None = None
     """Replaces the session's default ``max_steps``."""
+    tool_mode: ToolMode | None = None
+    """Replaces the session's default tool mode."""
 
 
 class Ack(ClientMsg, tag="ack"):
@@ -166,6 +176,8 @@ class UserMessage(ClientMsg, tag="user.message"):
     session's, by name); all of them when absent."""
     max_steps: MaxSteps | None = None
     """For this message's response only; the session's default when absent."""
+    tool_mode: ToolMode | None = None
+    """For this message's response only; the session's default when absent."""
 
 
 class ToolResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -182,6 +194,16 @@ class ToolResults(ClientMsg, tag="tool.results"):
     """Answers to the calls of a ``tool.calls`` batch (any subset, any order)."""
 
     results: Annotated[list[ToolResult], msgspec.Meta(min_length=1, max_length=128)]
+
+
+class ToolRun(ClientMsg, tag="tool.run"):
+    """Manual tool mode: run on the gateway a server tool the model asked for (offered in
+    ``tool.calls`` with ``kind: server``), as auto mode would have; its outcome is the
+    call's result."""
+
+    call_id: Annotated[str, msgspec.Meta(max_length=128)]
+    args: dict[str, Any] | None = None
+    """Arguments to run it with instead of the model's (checked against its schema)."""
 
 
 class ResponseCancel(ClientMsg, tag="response.cancel"):
@@ -203,6 +225,7 @@ Inbound = (
     | Ack
     | UserMessage
     | ToolResults
+    | ToolRun
     | ResponseCancel
     | Ping
 )
@@ -215,6 +238,7 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
         Ack,
         UserMessage,
         ToolResults,
+        ToolRun,
         ResponseCancel,
         Ping,
     )
@@ -354,7 +378,7 @@ class TextDone(ServerMsg, tag="text.done"):
     text: str
 
 
-class ClientCall(msgspec.Struct, kw_only=True):
+class ClientCall(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One client-function call of a ``tool.calls`` batch."""
 
     call_id: str
@@ -365,6 +389,9 @@ class ClientCall(msgspec.Struct, kw_only=True):
     """Unix time (seconds) by which the result must arrive."""
     timeout: float
     """The same deadline as seconds from when the call was made (for skewed clocks)."""
+    kind: Literal["client", "server"] = "client"
+    """``server``: a server tool offered to the client in manual tool mode; answer it with
+    ``tool.results``, or have the gateway run it with ``tool.run``."""
 
 
 class ToolCalls(ServerMsg, tag="tool.calls"):
@@ -382,6 +409,9 @@ class ToolStatus(ServerMsg, tag="tool.status"):
     progress: Any = msgspec.UNSET
     """What a running async tool reported, with ``status: progress``."""
     error: str | None = None
+    code: str | None = None
+    """Why a failed call failed, when it has a code: ``forbidden`` (the user may not run
+    it: a scope missing, or the tool refused them)."""
     duplicate: bool = False
     """True when this repeats the stored outcome of a call that was already settled."""
 

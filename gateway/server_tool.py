@@ -21,10 +21,10 @@ import msgspec
 
 from gateway.errors import ConfigError
 from gateway.protocol import struct_schema
-from gateway.tool_backend import BackendKind
+from gateway.tool_backend import NOBODY, BackendKind, Caller
 from gateway.tools import Delivery, Execution, ToolDef, check_tool, default_display_name
 
-__all__ = ["Progress", "PythonTools", "ServerTool", "tool"]
+__all__ = ["Caller", "Progress", "PythonTools", "ServerTool", "tool"]
 
 
 class Progress:
@@ -58,9 +58,13 @@ class ServerTool:
     func: Callable[..., Any]
     input_type: type[msgspec.Struct] | None
     takes_progress: bool = False
+    takes_caller: bool = False
 
     async def invoke(
-        self, args: dict[str, Any], progress: Callable[[Any], None] | None = None
+        self,
+        args: dict[str, Any],
+        progress: Callable[[Any], None] | None = None,
+        caller: Caller = NOBODY,
     ) -> Any:
         """Run the function with ``args`` (already checked against the input schema).
 
@@ -77,6 +81,8 @@ class ServerTool:
             if not isinstance(progress, Progress):  # thread-safe, whatever the caller gave
                 progress = Progress(progress or (lambda _: None))
             call_args.append(progress)
+        if self.takes_caller:
+            call_args.append(caller)
         if inspect.iscoroutinefunction(self.func):
             result = await self.func(*call_args)
         else:
@@ -84,14 +90,21 @@ class ServerTool:
         return msgspec.to_builtins(result)
 
     def with_options(
-        self, *, timeout: float | None = None, delivery: Delivery | None = None
+        self,
+        *,
+        timeout: float | None = None,
+        delivery: Delivery | None = None,
+        scopes: list[str] | None = None,
     ) -> ServerTool:
-        """The same tool with its timeout or delivery replaced (agent files may tune them)."""
+        """The same tool with its timeout, delivery or scopes replaced (agent files may
+        tune them)."""
         definition = self.definition
         if timeout is not None:
             definition = msgspec.structs.replace(definition, timeout=timeout)
         if delivery is not None:
             definition = msgspec.structs.replace(definition, delivery=delivery)
+        if scopes is not None:
+            definition = msgspec.structs.replace(definition, scopes=tuple(scopes))
         return dataclasses.replace(self, definition=definition)
 
 
@@ -104,6 +117,7 @@ def tool(
     execution: Execution = "sync",
     delivery: Delivery = "when_idle",
     read_only: bool | None = None,
+    scopes: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], ServerTool]:
     """Make a server tool of a function taking (at most) one msgspec Struct.
 
@@ -116,6 +130,7 @@ def tool(
         delivery: for async tools, how the result reaches the model:
             ``when_idle``, ``interrupt`` or ``silent`` (see docs/agents.md).
         read_only: the tool changes nothing (kept for confirmation rules).
+        scopes: the session's user must have every one of these for a call to run.
 
     Raises:
         ConfigError: a parameter without a type annotation, more than one argument, an
@@ -139,8 +154,9 @@ def tool(
                     f"tool {tool_name!r}: parameter {param!r} has no type annotation"
                     " (annotate it with a msgspec Struct, or Progress)"
                 )
-        params = [p for p in signature if hints[p] is not Progress]
-        takes_progress = len(params) < len(signature)
+        params = [p for p in signature if hints[p] not in (Progress, Caller)]
+        takes_progress = Progress in (hints[p] for p in signature)
+        takes_caller = Caller in (hints[p] for p in signature)
         if len(params) > 1:
             raise ConfigError(f"tool {tool_name!r}: takes one msgspec Struct argument at most")
         input_type = hints.get(params[0]) if params else None
@@ -169,10 +185,15 @@ def tool(
             execution=execution,
             delivery=delivery,
             read_only=read_only,
+            scopes=tuple(scopes),
         )
         check_tool(definition)
         return ServerTool(
-            definition=definition, func=func, input_type=input_type, takes_progress=takes_progress
+            definition=definition,
+            func=func,
+            input_type=input_type,
+            takes_progress=takes_progress,
+            takes_caller=takes_caller,
         )
 
     return decorate
@@ -210,8 +231,14 @@ class PythonTools:
     def on_change(self, listener: Callable[[], None]) -> None:
         """The functions never change while the gateway runs."""
 
-    async def call(self, name: str, args: dict[str, Any], progress: Callable[[Any], None]) -> Any:
-        return await self._tools[name].invoke(args, progress)
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: Callable[[Any], None],
+        caller: Caller = NOBODY,
+    ) -> Any:
+        return await self._tools[name].invoke(args, progress, caller)
 
     async def aclose(self) -> None:
         """Nothing to close."""

@@ -69,6 +69,7 @@ from gateway.protocol import (
     TextDone,
     ToolInfo,
     ToolResults,
+    ToolRun,
     ToolSpec,
     TranscriptEntry,
     UserMessage,
@@ -146,6 +147,7 @@ class Session:
             client_call_timeout=settings.limits.client_call_timeout,
             server_tool_timeout=settings.server_tool_timeout,
             max_result_size=settings.limits.max_tool_result_size,
+            principal=settings.principal,
         )
         self._history = History(settings.max_history_chars)
         self._notes: list[PendingNote] = []
@@ -159,6 +161,8 @@ class Session:
         """The session's default ``tool_choice`` (``session.start``/``session.update``)."""
         self._max_steps: int | None = None
         """The session's default ``max_steps``; ``None``: the gateway's limit."""
+        self._tool_mode = "auto"
+        """The session's default tool mode: ``manual`` sends every tool call to the client."""
         self._now = 0.0
 
     @classmethod
@@ -181,6 +185,7 @@ class Session:
         session.metadata = state.metadata
         session._client_specs = state.client_functions
         session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
+        session._tool_mode = state.tool_mode
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -219,6 +224,7 @@ class Session:
             calls=self._calls.ledger.calls(),
             tool_choice=self._tool_choice,
             max_steps=self._max_steps,
+            tool_mode=self._tool_mode,
         )
 
     # ----------------------------------------------------------------- public
@@ -286,6 +292,9 @@ class Session:
             case ToolResults():
                 for result in event.results:
                     self._calls.accept_client_result(result, event.id)
+                self._advance_if_step_settled()
+            case ToolRun():
+                self._calls.run_on_gateway(event, self._now)
                 self._advance_if_step_settled()
             case ResponseCancel(response_id=response_id):
                 self._cancel_response(response_id)
@@ -426,6 +435,7 @@ class Session:
         self._calls.tools, self._client_specs = accepted
         self._tool_choice = msg.tool_choice or "auto"
         self._max_steps = msg.max_steps
+        self._tool_mode = msg.tool_mode or "auto"
         tools = self._calls.tools
         if msg.instructions:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
@@ -458,6 +468,8 @@ class Session:
         self._tool_choice = choice
         if msg.max_steps is not None:
             self._max_steps = msg.max_steps
+        if msg.tool_mode is not None:
+            self._tool_mode = msg.tool_mode
         if msg.instructions is not None:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
         self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
@@ -626,6 +638,7 @@ class Session:
             tool_choice=msg.tool_choice or self._tool_choice,
             tools=msg.tools,
             max_steps=msg.max_steps or self._max_steps,
+            tool_mode=msg.tool_mode or self._tool_mode,
         )
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
         self._start_step(self._response)
@@ -637,6 +650,7 @@ class Session:
             response_id=self._new_id("resp"),
             tool_choice=self._tool_choice,
             max_steps=self._max_steps,
+            tool_mode=self._tool_mode,
         )
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
         self._start_step(self._response)
@@ -842,6 +856,7 @@ class Session:
             response_id=response.response_id,
             now=self._now,
             refuse=lambda tool: refusal(tool, response.tool_choice, response.tools),
+            manual=response.tool_mode == "manual",
         )
         self._history.append(
             AssistantTurn(

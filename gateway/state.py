@@ -81,6 +81,8 @@ class ResponseState(msgspec.Struct, kw_only=True):
     """The only tools its message lets the model use; ``None``: all the session's."""
     max_steps: int | None = None
     """Its message's (or the session's) ``max_steps``; ``None``: the gateway's limit."""
+    tool_mode: str = "auto"
+    """``manual``: the model's tool calls go to the client, server tools included."""
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -111,6 +113,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The session's default ``tool_choice``."""
     max_steps: int | None = None
     """The session's default ``max_steps``; ``None``: the gateway's limit."""
+    tool_mode: str = "auto"
+    """The session's default tool mode."""
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -20,11 +20,13 @@ from typing import Annotated, Any, Literal, Protocol
 import msgspec
 import structlog
 
-from gateway.errors import ConfigError, ToolError
+from gateway.errors import ConfigError, ToolError, ToolForbidden
+from gateway.principal import Principal
 from gateway.tools import Delivery, Execution, ToolDef, ToolRegistry, check_tool
 
 __all__ = [
     "BackendKind",
+    "Caller",
     "EntryBackend",
     "McpServerEntry",
     "OpenApiEntry",
@@ -35,6 +37,7 @@ __all__ = [
     "Toolbox",
     "check_options_known",
     "expand_env",
+    "failure_code",
     "tool_failure",
     "tool_name",
     "with_options",
@@ -48,6 +51,35 @@ ReportProgress = Callable[[Any], None]
 """Sends ``tool.status progress`` with a JSON-compatible payload; callable from any thread."""
 
 
+class Caller(msgspec.Struct, frozen=True, kw_only=True):
+    """On whose behalf a tool runs: the session's user, as their client token says.
+
+    A Python tool declares a parameter annotated ``Caller`` to get it (docs/tools.md).
+    """
+
+    principal: str
+    """The session's owner: ``key:backend/user:42``, ``key:backend``, ``anonymous``."""
+    user_id: str | None = None
+    """The end user a client token was minted for; ``None`` without one."""
+    scopes: tuple[str, ...] = ()
+    claims: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The user's other claims, as the backend that minted the token stated them."""
+
+    @classmethod
+    def of(cls, principal: Principal) -> Caller:
+        return cls(
+            principal=principal.name,
+            user_id=principal.user_id,
+            scopes=principal.scopes,
+            claims=principal.claims,
+        )
+
+
+NOBODY = Caller(principal="nobody")
+"""The caller of a tool run outside any session (``gateway tools test``, the HTTP console
+with no user)."""
+
+
 class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What an agent file may set on one tool of a backend (``tool_options.NAME``)."""
 
@@ -55,6 +87,8 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     delivery: Delivery | None = None
     timeout: float | None = None
     display_name: str | None = None
+    scopes: list[str] | None = None
+    """Scopes the session's user must all have for a call to run."""
 
 
 _BackendName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
@@ -155,8 +189,11 @@ class ToolBackend(Protocol):
         """Call ``listener`` whenever ``definitions`` changes (a server announced it)."""
         ...
 
-    async def call(self, name: str, args: dict[str, Any], progress: ReportProgress) -> Any:
-        """Run the tool called ``name`` (the backend's name) with checked ``args``.
+    async def call(
+        self, name: str, args: dict[str, Any], progress: ReportProgress, caller: Caller = ...
+    ) -> Any:
+        """Run the tool called ``name`` (the backend's name) with checked ``args``, on
+        behalf of ``caller`` (a backend that has no use for it ignores it).
 
         Cancelling the awaiting task cancels the call (the backend tells its server when it
         can).
@@ -257,7 +294,13 @@ class Toolbox:
         route = self._routes.get(name)
         return route[0] if route else None
 
-    async def call(self, name: str, args: dict[str, Any], progress: ReportProgress) -> Any:
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,
+    ) -> Any:
         """Run the server tool called ``name`` with checked ``args`` (see ``ToolBackend.call``).
 
         Raises:
@@ -267,7 +310,7 @@ class Toolbox:
         if route is None:
             raise ToolError(f"no server tool {name!r} is offered any more")
         backend, own_name = route
-        return await backend.call(own_name, args, progress)
+        return await backend.call(own_name, args, progress, caller)
 
     async def aclose(self) -> None:
         """Close every backend (their connections, their processes)."""
@@ -342,6 +385,11 @@ def tool_failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def failure_code(exc: Exception) -> str | None:
+    """The code of a tool's failure, for ``tool.status``: ``forbidden`` or none."""
+    return "forbidden" if isinstance(exc, ToolForbidden) else None
+
+
 def tool_name(name: str) -> str:
     """A tool name as the gateway allows it (snake_case, 64 characters at most) made of any
     name an MCP server or an OpenAPI document gives: ``getOrder`` -> ``get_order``,
@@ -362,6 +410,8 @@ def with_options(definition: ToolDef, options: ToolOptions | None) -> ToolDef:
         for field in ("execution", "delivery", "timeout", "display_name")
         if (value := getattr(options, field)) is not None
     }
+    if options.scopes is not None:
+        changes["scopes"] = tuple(options.scopes)
     return msgspec.structs.replace(definition, **changes) if changes else definition
 
 

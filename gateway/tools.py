@@ -58,6 +58,9 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     read_only: bool | None = None
     """The tool only reads (an MCP server's ``readOnlyHint``, an HTTP GET); ``None`` when
     nobody said. Kept for confirmation rules."""
+    scopes: tuple[str, ...] = ()
+    """Scopes the session's user must all have (from their client token) for a call to
+    run; without them it fails with the code ``forbidden``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import msgspec
 
 from gateway.agent import Agent
 from gateway.server_tool import Progress
-from gateway.tool_backend import ToolRow, tool_failure
+from gateway.tool_backend import ToolRow, failure_code, tool_failure
 
 __all__ = ["describe_agent", "describe_tool", "describe_tools", "run_tool_alone"]
 
@@ -91,7 +91,10 @@ async def run_tool_alone(
     except TimeoutError:
         return ran({"error": f"tool_timeout: no result within {timeout} s"})
     except Exception as exc:  # the tool's failure is the answer, as a model would see it
-        return ran({"error": tool_failure(exc)})
+        failed = {"error": tool_failure(exc)}
+        if (code := failure_code(exc)) is not None:
+            failed["code"] = code
+        return ran(failed)
     if entry.output_validator is not None and (problem := entry.output_validator.problem(output)):
         return ran({"error": f"result does not match the output schema: {problem}"})
     return ran({"output": output})

@@ -12,6 +12,10 @@ from gateway.protocol import (
     SessionStart,
     SessionUpdate,
     SessionUpdated,
+    ToolCalls,
+    ToolResult,
+    ToolResults,
+    ToolRun,
     ToolStatus,
     UserMessage,
 )
@@ -124,3 +128,70 @@ def test_a_model_without_tool_choice_support_refuses_a_forced_choice():
     assert "does not take a tool_choice" in refused.message
     h.feed(UserMessage(text="x", tool_choice="auto"))
     assert h.last_model_call().request.tool_choice == "auto"
+
+
+def test_manual_mode_offers_a_server_tool_to_the_client_and_runs_nothing():
+    h = Harness()
+    h.start(tool_mode="manual")
+    h.feed(UserMessage(text="weather and lamp"))
+    sent = h.model(ModelToolCall(name="weather", args={}), lamp_call(), ModelFinish())
+    (batch,) = [m for m in sent if isinstance(m, ToolCalls)]
+    assert [(c.tool, c.kind) for c in batch.calls] == [("weather", "server"), ("lamp", "client")]
+    assert not [e for e in h.other if isinstance(e, RunTool)]
+    weather, lamp = batch.calls
+    h.feed(
+        ToolResults(
+            results=[
+                ToolResult(call_id=weather.call_id, tool="weather", output={"sky": "grey"}),
+                ToolResult(call_id=lamp.call_id, tool="lamp", output={"ok": True}),
+            ]
+        )
+    )
+    items = h.last_model_call().request.items
+    assert [i.output for i in items if isinstance(i, ToolOutcome)] == [
+        {"sky": "grey"},
+        {"ok": True},
+    ]
+
+
+def test_manual_mode_the_client_may_have_the_gateway_run_a_server_tool_once():
+    h = Harness()
+    h.start()
+    h.feed(UserMessage(text="weather", tool_mode="manual"))
+    (batch,) = [
+        m
+        for m in h.model(ModelToolCall(name="weather", args={}), ModelFinish())
+        if isinstance(m, ToolCalls)
+    ]
+    (call,) = batch.calls
+    (running,) = h.feed(ToolRun(call_id=call.call_id, args={"city": "Oslo"}))
+    assert isinstance(running, ToolStatus)
+    assert running.status == "running"
+    (run,) = [e for e in h.other if isinstance(e, RunTool)]
+    assert run.args == {"city": "Oslo"}  # the client's edit
+    (again,) = h.feed(ToolRun(call_id=call.call_id))
+    assert isinstance(again, ToolStatus)
+    assert again.duplicate
+    h.feed(ToolFinished(call_id=run.call_id, output={"sky": "blue"}))
+    outcome = h.last_model_call().request.items[-1]
+    assert isinstance(outcome, ToolOutcome)
+    assert outcome.output == {"sky": "blue"}
+    # The next message's response is back to auto: the gateway runs the tool itself.
+    h.model(ModelText("ok"), ModelFinish())
+    h.feed(UserMessage(text="weather again"))
+    h.model(ModelToolCall(name="weather", args={}), ModelFinish())
+    assert len([e for e in h.other if isinstance(e, RunTool)]) == 2
+
+
+def test_a_bad_tool_run_gets_an_error_and_the_call_stays_the_clients():
+    h = Harness()
+    h.start(tool_mode="manual")
+    h.feed(UserMessage(text="lamp"))
+    (batch,) = [m for m in h.model(lamp_call(), ModelFinish()) if isinstance(m, ToolCalls)]
+    (lamp,) = batch.calls
+    (refused,) = h.feed(ToolRun(call_id=lamp.call_id))  # a client function: not the gateway's
+    assert isinstance(refused, Error)
+    assert refused.code == "unknown_call"
+    h.feed(UserMessage(text="x"))  # queued behind the response
+    h.feed(ToolResults(results=[ToolResult(call_id=lamp.call_id, tool="lamp", output={"ok": 1})]))
+    assert isinstance(h.last_model_call().request.items[-1], ToolOutcome)

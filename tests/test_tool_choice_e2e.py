@@ -1,5 +1,6 @@
-"""tool_choice, per-message tools and max_steps over real sockets, from both shipped SDKs,
-against a real gateway serving the demo agent (its scripted model keeps to the choice)."""
+"""tool_choice, per-message tools, max_steps and manual tool mode over real sockets, from
+both shipped SDKs, against a real gateway serving the demo agent (its scripted model keeps
+to the choice)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from client_sdk import ServerError, connect
+from client_sdk import RunOnGateway, ServerError, connect
+from gateway.protocol import ClientCall
 from tests.support import serving
 
 SCRIPT = Path(__file__).parent / "js" / "live_tool_choice.mjs"
@@ -58,14 +61,15 @@ async def test_the_python_sdk_steers_tool_use_per_session_and_per_message():
         assert choices[0] == "none"
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node is not installed")
-async def test_the_js_sdk_steers_tool_use_per_session_and_per_message():
+async def run_js(script: Path) -> dict[str, Any]:
+    """Run a Node script of the JS SDK against a gateway serving the demo agent; the JSON of
+    its ``result`` line."""
     async with serving(agent=None, scripted_pace=0.0) as demo:
         node = await asyncio.create_subprocess_exec(
             "node",
             "--experimental-websocket",
             "--no-warnings",
-            str(SCRIPT),
+            str(script),
             demo.url,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -74,10 +78,67 @@ async def test_the_js_sdk_steers_tool_use_per_session_and_per_message():
             out, err = await node.communicate()
     assert node.returncode == 0, err.decode()
     (line,) = [x for x in out.decode().splitlines() if x.startswith("result ")]
-    result = json.loads(line.removeprefix("result "))
+    result: dict[str, Any] = json.loads(line.removeprefix("result "))
+    return result
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node is not installed")
+async def test_the_js_sdk_steers_tool_use_per_session_and_per_message():
+    result = await run_js(SCRIPT)
     assert result["noTools"].startswith(FALLBACK)
     assert result["narrowed"] == STORE
     assert result["plain"] == "Your battery is at 82%."
     assert result["afterUpdate"].startswith(FALLBACK)
     assert "teleport" in result["refused"]
     assert result["called"] == ["get_nearest_store", "get_battery_level"]
+
+
+MANUAL_SCRIPT = Path(__file__).parent / "js" / "live_manual_tools.mjs"
+APP_STOCK = "Good news: we have 99 headphones in stock, at $1.50 each."
+
+
+async def test_the_python_sdk_in_manual_mode_answers_or_runs_server_tools():
+    async with (
+        serving(agent=None, scripted_pace=0.0) as demo,
+        connect(demo.url, tool_mode="manual") as conv,
+    ):
+        offered: list[ClientCall] = []
+        decision: list[object] = [
+            {"product": "headphones", "in_stock": True, "quantity": 99, "price": 1.5}
+        ]
+
+        @conv.on_server_tool
+        async def handle(call: ClientCall) -> object:
+            offered.append(call)
+            return decision[0]
+
+        async def say(text: str, **options: object) -> str:
+            return "".join([d async for d in conv.say(text, **options)])  # type: ignore[arg-type]
+
+        # The app answers the server tool itself: nothing ran on the gateway.
+        assert await say("do you have headphones in stock?") == APP_STOCK
+        assert [(c.tool, c.kind, c.args) for c in offered] == [
+            ("check_stock", "server", {"product": "headphones"})
+        ]
+        # The app has the gateway run it, with edited arguments.
+        decision[0] = RunOnGateway(args={"product": "charger"})
+        ran = await say("do you have headphones in stock?")
+        assert "charger" in ran
+        # Back to auto for one message: the gateway runs it and the app is not asked.
+        auto = await say("do you have headphones in stock?", tool_mode="auto")
+        assert auto.startswith("Good news: we have")
+        assert "headphones" in auto
+        assert len(offered) == 2
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node is not installed")
+async def test_the_js_sdk_in_manual_mode_answers_or_runs_server_tools():
+    result = await run_js(MANUAL_SCRIPT)
+    assert result["answeredByApp"] == APP_STOCK
+    assert result["ranOnGateway"].startswith("Good news: we have")
+    assert result["ranOnGateway"] != APP_STOCK
+    assert result["auto"] == result["ranOnGateway"]
+    assert result["offered"] == [
+        ["check_stock", "server", {"product": "headphones"}],
+        ["check_stock", "server", {"product": "headphones"}],
+    ]

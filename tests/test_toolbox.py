@@ -71,7 +71,9 @@ class FakeBackend:
         for listener in self._listeners:
             listener()
 
-    async def call(self, name: str, args: dict[str, Any], progress: Callable[[Any], None]) -> Any:
+    async def call(
+        self, name: str, args: dict[str, Any], progress: Callable[[Any], None], caller: Any = None
+    ) -> Any:
         self.calls.append((name, args))
         progress({"step": 1})
         return {"ran": f"{self.prefix}.{name}"}

@@ -34,12 +34,21 @@
  *   batch, and its value (or a Promise of it) is sent back as the result. A thrown error
  *   becomes an error result (`"TypeError: ..."`); a handler still running at the call's
  *   deadline gets an error result too, and `signal` is aborted. Each call id runs once.
+ * - **Manual tool mode.** With `toolMode: "manual"` (per session, or per message in `say()`
+ *   and `post()`), every tool call the model asks for comes to the client, the gateway's
+ *   server tools included (`tool.calls` with `kind: "server"`). `conv.onServerTool(handler)`
+ *   decides: `handler(call, { signal })` returns the call's output (or a Promise of it),
+ *   throws for an error result, or returns `RUN_ON_GATEWAY` (or `new RunOnGateway(args)`,
+ *   edited arguments) to have the gateway run the tool (`tool.run`), whose outcome becomes
+ *   the call's result. Without a handler every server-kind call runs on the gateway, as in
+ *   auto mode. A server-kind call never goes to the client functions.
  * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
- *   `maxReconnectDelay`). Results the gateway has not confirmed, and user messages (options
- *   included) and `session.update` messages it has not answered, are sent again (the gateway
- *   applies each once), and calls that opened while the client was away are run. When the gateway no longer has every missed event, pending
- *   `say()` iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
+ *   `maxReconnectDelay`). Results and `tool.run` requests the gateway has not confirmed, and
+ *   user messages (options included) and `session.update` messages it has not answered, are
+ *   sent again (the gateway applies each once), and calls that opened while the client was
+ *   away are run. When the gateway no longer has every missed event, pending `say()`
+ *   iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
  *   `ResumeGap` (events were lost across a reconnect).
@@ -74,7 +83,7 @@
  */
 
 /**
- * One client-function call of a `tool.calls` batch (or of `open_calls`).
+ * One call of a `tool.calls` batch (or of `open_calls`) the client answers.
  * @typedef {object} ClientCall
  * @property {string} call_id
  * @property {string} tool
@@ -82,6 +91,8 @@
  * @property {Record<string, any>} args
  * @property {number} deadline Unix time, seconds.
  * @property {number} timeout Seconds left when the call was sent.
+ * @property {"client" | "server"} kind `client`: a client function; `server`: a server tool
+ *   offered in manual tool mode (`onServerTool`).
  */
 
 /**
@@ -275,6 +286,17 @@
  */
 
 /**
+ * Decides a server tool's call in manual tool mode (`onServerTool`).
+ * @callback ServerToolHandler
+ * @param {ClientCall} call The call (`kind: "server"`): `tool`, `args`, `deadline`...
+ * @param {{signal: AbortSignal}} context `signal` aborts at the deadline or on close.
+ * @returns {any} The call's output (a JSON value), `RUN_ON_GATEWAY` or a `RunOnGateway`
+ *   (have the gateway run it), or a Promise of one of these; a throw is an error result.
+ */
+
+/** @typedef {"auto" | "manual"} ToolMode */
+
+/**
  * @typedef {object} GatewayClientOptions
  * @property {typeof WebSocket} [WebSocketImpl] The WebSocket class (default `globalThis.WebSocket`).
  * @property {string | (() => string | Promise<string>)} [token] A client token (your backend
@@ -294,6 +316,9 @@
  * @property {number} [maxSteps] The session's default for how many model steps a response may
  *   take (each tool round is one): 1 up to the gateway's limit (`session.limits.max_steps`,
  *   also its default). Sent as `max_steps`.
+ * @property {ToolMode} [toolMode] The session's default tool mode: `"auto"` (the gateway runs
+ *   its server tools; the gateway's default) or `"manual"` (every tool call the model asks
+ *   for, server tools included, comes to the client: see `onServerTool`). Sent as `tool_mode`.
  */
 
 /**
@@ -304,6 +329,8 @@
  *   (some of the session's); every tool of the session when absent.
  * @property {number} [maxSteps] The most model steps this response may take (the session's
  *   default when absent).
+ * @property {ToolMode} [toolMode] `"auto"` or `"manual"` for this response only (the
+ *   session's default when absent).
  */
 
 /**
@@ -311,6 +338,7 @@
  * @typedef {object} SessionDefaults
  * @property {string} [toolChoice]
  * @property {number} [maxSteps]
+ * @property {ToolMode} [toolMode]
  */
 
 // ------------------------------------------------------------------------- constants
@@ -327,6 +355,7 @@ const RESUME_ANSWER_TIMEOUT_MS = 10_000;
 const CLOSE_WAIT_MS = 1_000;
 const MAX_RESULTS_PER_MESSAGE = 128;
 const OVERRAN = "the client function overran its deadline";
+const SERVER_TOOL_OVERRAN = "the server-tool handler overran its deadline";
 const FUNCTION_NAME = /^[a-z][a-z0-9_]*$/;
 const WS_OPEN = 1;
 
@@ -406,6 +435,30 @@ export class ResumeGap extends ClientError {
   }
 }
 
+// ------------------------------------------------------------------------- manual tool mode
+
+/**
+ * What a server-tool handler (`onServerTool`) returns to have the gateway run the call
+ * (`tool.run`), as auto mode would have; the outcome becomes the call's result.
+ */
+export class RunOnGateway {
+  /**
+   * @param {Record<string, any> | null} [args] Arguments to run it with instead of the
+   *   model's (the gateway checks them against the tool's input schema); the model's when absent.
+   */
+  constructor(args = null) {
+    if (args != null && (typeof args !== "object" || Array.isArray(args))) {
+      throw new TypeError("RunOnGateway: args is an object of arguments");
+    }
+    /** @type {Record<string, any> | null} */
+    this.args = args ?? null;
+    Object.freeze(this);
+  }
+}
+
+/** Returned by a server-tool handler: run the call on the gateway with the model's arguments. */
+export const RUN_ON_GATEWAY = new RunOnGateway();
+
 // ------------------------------------------------------------------------- the client
 
 /**
@@ -422,6 +475,9 @@ export async function connect(url, options = {}) {
 
 /** One session with the gateway, across as many sockets as it takes. */
 export class GatewayClient {
+  /** The same as the module's `RUN_ON_GATEWAY`, for a server-tool handler to return. */
+  static RUN_ON_GATEWAY = RUN_ON_GATEWAY;
+
   /**
    * @param {string} url The gateway's `ws://` or `wss://` URL of `/v1/realtime`.
    * @param {GatewayClientOptions} [options]
@@ -438,6 +494,7 @@ export class GatewayClient {
       ackEvery = 64,
       toolChoice,
       maxSteps,
+      toolMode,
     } = options;
     if (typeof WebSocketImpl !== "function") {
       throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
@@ -445,13 +502,22 @@ export class GatewayClient {
     this._WebSocket = WebSocketImpl;
     this._url = url;
     this._token = token;
-    this._startFields = compact({ agent, instructions, metadata, tool_choice: toolChoice, max_steps: maxSteps });
+    this._startFields = compact({
+      agent,
+      instructions,
+      metadata,
+      tool_choice: toolChoice,
+      max_steps: maxSteps,
+      tool_mode: toolMode,
+    });
     this._reconnect = Boolean(reconnect);
     this._maxDelay = Math.max(0, Number(maxReconnectDelay));
     this._ackEvery = Math.max(1, Math.floor(Number(ackEvery)) || 1);
 
     /** @type {Map<string, {spec: ToolSpec, handler: ClientFunctionHandler}>} */
     this._functions = new Map();
+    /** @type {ServerToolHandler | null} decides server-kind calls (manual tool mode) */
+    this._serverTool = null;
     /** @type {Map<string, Set<(event: any) => void>>} */
     this._listeners = new Map();
     /** @type {Set<Inbox>} the queues of say() and events() */
@@ -483,6 +549,12 @@ export class GatewayClient {
     this._running = new Map();
     /** @type {Map<string, object>} results sent but not confirmed by a tool.status */
     this._unconfirmed = new Map();
+    /**
+     * tool.run requests by call id, until a tool.status for their call (or an error that
+     * answers them and is not retryable).
+     * @type {Map<string, {msg: {type: "tool.run", id: string, call_id: string, args?: object}, tool: string}>}
+     */
+    this._runs = new Map();
     /**
      * In the order sent, by id: user messages until a response to them starts, and
      * session.update messages until session.updated answers them (either: or an error).
@@ -669,19 +741,39 @@ export class GatewayClient {
   }
 
   /**
-   * Change the session's default `toolChoice` or `maxSteps` (see the constructor's options);
-   * an absent one stays as it is. They apply to the responses that start after it. Before the
-   * session starts they go in `session.start`; after, in a `session.update` (sent again after
-   * a resume until the gateway answers it), whose id is returned: `session.updated` answers
-   * it, or an `error` naming it in `in_reply_to` (a tool name the session does not have, say),
-   * which leaves the defaults as they were.
+   * Handle the server tools the model calls in manual tool mode (`tool.calls` with
+   * `kind: "server"`). One handler for every such call; a new one replaces it, `null` removes
+   * it. `handler(call, { signal })` returns the call's output (or a Promise of it), throws
+   * (an error result, `"TypeError: ..."`), or returns `RUN_ON_GATEWAY` (or
+   * `new RunOnGateway(args)`, edited arguments) to have the gateway run the tool (`tool.run`),
+   * whose outcome then becomes the call's result. `signal` aborts at the call's deadline or on
+   * close. Without a handler every such call runs on the gateway, as in auto mode. Each call id
+   * is handled once; a `tool.run` the gateway has not confirmed is sent again after a resume;
+   * one it refuses (arguments off the tool's schema) gets the refusal as the call's error
+   * result, so the response goes on.
+   * @param {ServerToolHandler | null} handler
+   */
+  onServerTool(handler) {
+    if (handler !== null && typeof handler !== "function") {
+      throw new TypeError("onServerTool: the handler must be a function (or null)");
+    }
+    this._serverTool = handler;
+  }
+
+  /**
+   * Change the session's default `toolChoice`, `maxSteps` or `toolMode` (see the constructor's
+   * options); an absent one stays as it is. They apply to the responses that start after it.
+   * Before the session starts they go in `session.start`; after, in a `session.update` (sent
+   * again after a resume until the gateway answers it), whose id is returned: `session.updated`
+   * answers it, or an `error` naming it in `in_reply_to` (a tool name the session does not
+   * have, say), which leaves the defaults as they were.
    * @param {SessionDefaults} defaults
    * @returns {Promise<string | null>} The update's id; `null` before the session started.
    * @throws {SessionClosed} the session ended.
    */
-  async update({ toolChoice, maxSteps } = {}) {
+  async update({ toolChoice, maxSteps, toolMode } = {}) {
     if (this._end) throw this._end;
-    const fields = compact({ tool_choice: toolChoice, max_steps: maxSteps });
+    const fields = compact({ tool_choice: toolChoice, max_steps: maxSteps, tool_mode: toolMode });
     if (!this._created) {
       Object.assign(this._startFields, fields);
       return null;
@@ -758,11 +850,16 @@ export class GatewayClient {
    * @param {MessageOptions} [options] For this message's response only.
    * @returns {Promise<string>}
    */
-  async post(text, { toolChoice, tools, maxSteps } = {}) {
+  async post(text, { toolChoice, tools, maxSteps, toolMode } = {}) {
     if (typeof tools === "string") throw new TypeError("tools is a list of tool names, not one name");
     await this.start();
     const id = randomId("msg_");
-    const options = compact({ tool_choice: toolChoice, tools: tools == null ? tools : [...tools], max_steps: maxSteps });
+    const options = compact({
+      tool_choice: toolChoice,
+      tools: tools == null ? tools : [...tools],
+      max_steps: maxSteps,
+      tool_mode: toolMode,
+    });
     const msg = { type: "user.message", id, text, ...options };
     this._unanswered.set(id, msg);
     this._send(msg);
@@ -967,7 +1064,10 @@ export class GatewayClient {
         break;
       case "error":
         if (this._session === null && this._created) this._created.reject(new ServerError(event));
-        if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
+        if (event.in_reply_to) {
+          this._unanswered.delete(event.in_reply_to);
+          this._onRunRefused(event);
+        }
         break;
       case "session.updated":
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
@@ -977,6 +1077,7 @@ export class GatewayClient {
         break;
       case "tool.status":
         this._unconfirmed.delete(event.call_id);
+        this._runs.delete(event.call_id);
         break;
       case "response.created":
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
@@ -998,6 +1099,10 @@ export class GatewayClient {
   /** @param {ClientCall} call @param {AbortController} abort */
   async _execute(call, abort) {
     await null; // listeners see the tool.calls event before any handler runs
+    if (call.kind === "server") {
+      await this._decide(call, abort); // manual tool mode: never a client function's call
+      return;
+    }
     /** @type {{call_id: string, tool: string, output?: any, error?: string}} */
     let result;
     try {
@@ -1013,6 +1118,60 @@ export class GatewayClient {
     if (this._end) return;
     this._unconfirmed.set(call.call_id, result);
     this._sendQuiet({ type: "tool.results", results: [result] });
+  }
+
+  /**
+   * A server tool offered in manual tool mode: the handler's output or error as the result,
+   * or a tool.run (no handler, or it returned a RunOnGateway).
+   * @param {ClientCall} call @param {AbortController} abort
+   */
+  async _decide(call, abort) {
+    const handler = this._serverTool;
+    /** @type {Record<string, any> | undefined} edited arguments for tool.run */
+    let args;
+    /** @type {{call_id: string, tool: string, output?: any, error?: string} | null} */
+    let result = null;
+    if (handler) {
+      try {
+        const outcome = await withDeadline(invoke(handler, call, { signal: abort.signal }), call.timeout, abort);
+        if (!(outcome instanceof RunOnGateway)) {
+          result = { call_id: call.call_id, tool: call.tool, output: toJson(outcome) };
+        } else if (outcome.args != null) {
+          args = toJson(outcome.args); // a copy: the run resent later is the one sent first
+        }
+      } catch (err) {
+        if (this._end) return; // closed: nobody to answer
+        const error = err === DEADLINE ? SERVER_TOOL_OVERRAN : describe(err);
+        result = { call_id: call.call_id, tool: call.tool, error };
+      }
+    }
+    if (this._end) return;
+    if (result) {
+      this._unconfirmed.set(call.call_id, result);
+      this._sendQuiet({ type: "tool.results", results: [result] });
+      return;
+    }
+    const msg = { type: "tool.run", id: randomId("run_"), call_id: call.call_id, ...compact({ args }) };
+    this._runs.set(call.call_id, { msg, tool: call.tool });
+    this._sendQuiet(msg);
+  }
+
+  /**
+   * An error that refuses a tool.run for good: forget the run; unless the call is unknown, it
+   * stays the client's, so the refusal becomes its error result (the response goes on).
+   * @param {ErrorEvent} event
+   */
+  _onRunRefused(event) {
+    if (event.retryable) return; // rate_limited: kept, sent again after a resume
+    for (const [callId, run] of this._runs) {
+      if (run.msg.id !== event.in_reply_to) continue;
+      this._runs.delete(callId);
+      if (event.code === "unknown_call") return;
+      const result = { call_id: callId, tool: run.tool, error: event.message };
+      this._unconfirmed.set(callId, result);
+      this._sendQuiet({ type: "tool.results", results: [result] });
+      return;
+    }
   }
 
   /** The attached socket closed. */
@@ -1158,6 +1317,7 @@ export class GatewayClient {
     for (let i = 0; i < results.length; i += MAX_RESULTS_PER_MESSAGE) {
       this._sendQuiet({ type: "tool.results", results: results.slice(i, i + MAX_RESULTS_PER_MESSAGE) });
     }
+    for (const { msg } of [...this._runs.values()]) this._sendQuiet(msg);
     for (const msg of [...this._unanswered.values()]) this._sendQuiet(msg);
     for (const call of openCalls) this._runCall(call);
   }
@@ -1323,6 +1483,11 @@ function parseEvent(data) {
   const defaults = Object.hasOwn(DEFAULTS, raw.type) ? DEFAULTS[raw.type]() : {};
   const event = { seq: 0, ...defaults, ...raw };
   if (typeof event.seq !== "number") event.seq = 0;
+  for (const key of ["calls", "open_calls"]) {
+    if (Array.isArray(event[key])) {
+      event[key] = event[key].map((call) => (call && typeof call === "object" ? { kind: "client", ...call } : call));
+    }
+  }
   if (Array.isArray(event.tools)) {
     event.tools = event.tools.map((tool) => ({
       execution: "sync",

@@ -7,7 +7,9 @@ import { test as nodeTest } from "node:test";
 import {
   ClientError,
   GatewayClient,
+  RUN_ON_GATEWAY,
   ResumeGap,
+  RunOnGateway,
   ServerError,
   SessionClosed,
   connect,
@@ -611,6 +613,227 @@ test("a handler still running at close() is aborted and sends nothing", async ()
   assert.equal(signal.aborted, true);
   assert.ok(signal.reason instanceof SessionClosed);
   assert.deepEqual(sock.unread, []);
+});
+
+// ----------------------------------------------------------------------- manual tool mode
+
+/** A server tool offered to the client in manual tool mode. */
+const serverCall = (call_id, tool, args = {}, timeout = 10) => ({ ...call(call_id, tool, args, timeout), kind: "server" });
+
+test("tool_mode: the session default in session.start and update(), per message in user.message", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolMode: "manual" });
+  assert.equal(await conv.update({ toolChoice: "required" }), null); // the mode stays
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  assert.deepEqual(await sock.next("session.start"), {
+    type: "session.start",
+    tool_choice: "required",
+    tool_mode: "manual",
+    client_functions: [],
+  });
+  sock.push(created(1));
+  await starting;
+
+  const reply = collect(conv.say("stock?", { toolMode: "auto" }));
+  const msg = await sock.next("user.message");
+  assert.deepEqual(msg, { type: "user.message", id: msg.id, text: "stock?", tool_mode: "auto" });
+  sock.push(
+    { type: "response.created", response_id: "resp_1", in_reply_to: msg.id, seq: 2 },
+    { type: "response.done", response_id: "resp_1", status: "completed", seq: 3 },
+  );
+  assert.deepEqual(await reply, []);
+  const posted = await conv.post("again", { toolMode: "manual", maxSteps: 2 });
+  assert.deepEqual(await sock.next("user.message"), {
+    type: "user.message",
+    id: posted,
+    text: "again",
+    max_steps: 2,
+    tool_mode: "manual",
+  });
+  const upd = await conv.update({ toolMode: "auto" });
+  assert.deepEqual(await sock.next("session.update"), { type: "session.update", id: upd, tool_mode: "auto" });
+  await conv.close();
+});
+
+test("a server-kind call without a handler runs on the gateway; a client-kind one is unchanged", async () => {
+  const runs = [];
+  const { conv, sock } = await started({ toolMode: "manual" }, (c) => {
+    c.clientFunction("device_a", (args) => {
+      runs.push(["device_a", args]);
+      return { value: "a" };
+    });
+    // a client function named like the server tool: a server-kind call never goes to it
+    c.clientFunction("check_stock", () => {
+      runs.push(["check_stock"]);
+      return { mine: true };
+    });
+  });
+  const seen = [];
+  conv.on("tool.calls", (e) => seen.push(...e.calls.map((c) => `${c.call_id}:${c.kind}`)));
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [serverCall("c_srv", "check_stock", { product: "headphones" }), call("c_dev", "device_a", { n: 1 })],
+    seq: 2,
+  });
+  assert.deepEqual(seen, ["c_srv:server", "c_dev:client"]); // kind defaults to "client"
+  const sent = [await sock.next(), await sock.next()];
+  const run = sent.find((m) => m.type === "tool.run");
+  assert.match(run.id, /^run_/);
+  assert.deepEqual(run, { type: "tool.run", id: run.id, call_id: "c_srv" }); // the model's args: none sent
+  assert.deepEqual(sent.find((m) => m.type === "tool.results").results, [
+    { call_id: "c_dev", tool: "device_a", output: { value: "a" } },
+  ]);
+  assert.deepEqual(runs, [["device_a", { n: 1 }]]);
+  // the gateway runs it: the status confirms the run; the same call again is not run twice
+  sock.push(
+    { type: "tool.status", call_id: "c_srv", tool: "check_stock", status: "running", response_id: "resp_1", seq: 3 },
+    { type: "tool.calls", response_id: "resp_1", calls: [serverCall("c_srv", "check_stock")], seq: 4 },
+  );
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  await conv.close();
+});
+
+test("a server-tool handler answers with an output, an error, or has the gateway run the call", async () => {
+  const handled = [];
+  const { conv, sock } = await started({ toolMode: "manual" });
+  conv.onServerTool(async (call, { signal }) => {
+    handled.push(call.call_id);
+    assert.ok(signal instanceof AbortSignal);
+    switch (call.args.what) {
+      case "answer":
+        return { product: call.args.product, in_stock: true, quantity: 5 };
+      case "run":
+        return GatewayClient.RUN_ON_GATEWAY;
+      case "edit":
+        return new RunOnGateway({ product: "charger" });
+      case "throw":
+        throw new RangeError("no such shelf");
+      case "stuck":
+        return new Promise(() => {});
+    }
+    return undefined;
+  });
+  assert.equal(GatewayClient.RUN_ON_GATEWAY, RUN_ON_GATEWAY);
+  assert.throws(() => new RunOnGateway(["not", "an", "object"]), TypeError);
+  assert.throws(() => conv.onServerTool("nope"), TypeError);
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [
+      serverCall("c_answer", "check_stock", { what: "answer", product: "earbuds" }),
+      serverCall("c_run", "check_stock", { what: "run" }),
+      serverCall("c_edit", "check_stock", { what: "edit" }),
+      serverCall("c_throw", "check_stock", { what: "throw" }),
+      serverCall("c_stuck", "check_stock", { what: "stuck" }, 0.05),
+      serverCall("c_nothing", "check_stock", { what: "nothing" }),
+    ],
+    seq: 2,
+  });
+  const byCall = new Map();
+  for (let i = 0; i < 6; i += 1) {
+    const msg = await sock.next();
+    if (msg.type === "tool.results") byCall.set(msg.results[0].call_id, msg.results[0]);
+    else byCall.set(msg.call_id, msg);
+  }
+  assert.deepEqual(byCall.get("c_answer"), {
+    call_id: "c_answer",
+    tool: "check_stock",
+    output: { product: "earbuds", in_stock: true, quantity: 5 },
+  });
+  const run = byCall.get("c_run");
+  assert.deepEqual(run, { type: "tool.run", id: run.id, call_id: "c_run" });
+  const edit = byCall.get("c_edit");
+  assert.deepEqual(edit, { type: "tool.run", id: edit.id, call_id: "c_edit", args: { product: "charger" } });
+  assert.notEqual(edit.id, run.id);
+  assert.deepEqual(byCall.get("c_throw"), { call_id: "c_throw", tool: "check_stock", error: "RangeError: no such shelf" });
+  assert.deepEqual(byCall.get("c_stuck"), {
+    call_id: "c_stuck",
+    tool: "check_stock",
+    error: "the server-tool handler overran its deadline",
+  });
+  assert.deepEqual(byCall.get("c_nothing"), { call_id: "c_nothing", tool: "check_stock", output: null });
+  assert.equal(handled.length, 6);
+
+  // onServerTool(null): back to the default, run on the gateway
+  conv.onServerTool(null);
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [serverCall("c_late", "check_stock")], seq: 3 });
+  assert.deepEqual((await sock.next("tool.run")).call_id, "c_late");
+  assert.equal(handled.length, 6);
+  await conv.close();
+});
+
+test("a tool.run refused for its arguments becomes the call's error result; an unknown call does not", async () => {
+  const { conv, sock } = await started({ toolMode: "manual" });
+  conv.onServerTool((call) => new RunOnGateway(call.args.edit));
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [serverCall("c_bad", "check_stock", { edit: { nope: 1 } }), serverCall("c_gone", "check_stock", { edit: null })],
+    seq: 2,
+  });
+  const runs = new Map();
+  for (let i = 0; i < 2; i += 1) {
+    const run = await sock.next("tool.run");
+    runs.set(run.call_id, run);
+  }
+  assert.deepEqual(runs.get("c_bad").args, { nope: 1 });
+  assert.equal("args" in runs.get("c_gone"), false);
+  const refusal = "invalid arguments: value: 'product' is a required property";
+  sock.push(
+    { type: "error", code: "invalid_message", message: refusal, in_reply_to: runs.get("c_bad").id, call_id: "c_bad", seq: 3 },
+    { type: "error", code: "unknown_call", message: "no such call", in_reply_to: runs.get("c_gone").id, call_id: "c_gone", seq: 4 },
+  );
+  assert.deepEqual((await sock.next("tool.results")).results, [{ call_id: "c_bad", tool: "check_stock", error: refusal }]);
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  await conv.close();
+});
+
+test("an unconfirmed tool.run is sent again after a resume, a confirmed one is not", async () => {
+  const handled = [];
+  const { gw, conv, sock } = await started({ toolMode: "manual" });
+  conv.onServerTool((call) => {
+    handled.push(call.call_id);
+    return call.call_id === "c_edit" ? new RunOnGateway({ product: "charger" }) : RUN_ON_GATEWAY;
+  });
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [serverCall("c_done", "check_stock"), serverCall("c_edit", "check_stock")],
+    seq: 2,
+  });
+  const first = new Map();
+  for (let i = 0; i < 2; i += 1) {
+    const run = await sock.next("tool.run");
+    first.set(run.call_id, run);
+  }
+  sock.push({ type: "tool.status", call_id: "c_done", tool: "check_stock", status: "running", seq: 3 });
+
+  // c_edit's run may have been lost with the socket: the same frame goes again
+  const sock2 = await dropAndResume(gw, sock, 1, {
+    replayed_from: 4,
+    last_seq: 3,
+    open_calls: [serverCall("c_edit", "check_stock", {}, 9.5), serverCall("c_open", "check_stock", {}, 9.5)],
+  });
+  assert.deepEqual(await sock2.next("tool.run"), first.get("c_edit"));
+  const opened = await sock2.next("tool.run"); // a call offered while away: handled now, once
+  assert.equal(opened.call_id, "c_open");
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+  assert.deepEqual(handled, ["c_done", "c_edit", "c_open"]);
+
+  // confirmed now (a repeated run gets a duplicate status): nothing goes again
+  sock2.push(
+    { type: "tool.status", call_id: "c_edit", tool: "check_stock", status: "running", duplicate: true, seq: 4 },
+    { type: "tool.status", call_id: "c_open", tool: "check_stock", status: "pending", seq: 5 },
+  );
+  const sock3 = await dropAndResume(gw, sock2, 2, { replayed_from: 6, last_seq: 5 });
+  await flush();
+  assert.deepEqual(sock3.unread, []);
+  await conv.close();
 });
 
 // ----------------------------------------------------------------------- reconnects

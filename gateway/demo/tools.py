@@ -9,7 +9,8 @@ from typing import Annotated
 
 import msgspec
 
-from gateway.server_tool import Progress, tool
+from gateway.errors import ToolForbidden
+from gateway.server_tool import Caller, Progress, tool
 
 __all__ = [
     "OrderQuery",
@@ -68,9 +69,18 @@ _STATUSES = (
 )
 
 
+_OWNERS = {"5678": "ana", "9012": "ben"}
+"""Orders placed by signed-in customers (user ids of client tokens); any other order
+number is a guest order, which anyone may look up (the demo's "1234")."""
+
+
 @tool(execution="async")
-async def check_order_status(query: OrderQuery, progress: Progress) -> OrderStatus:
+async def check_order_status(query: OrderQuery, progress: Progress, caller: Caller) -> OrderStatus:
     """Look up where an order is. Slow: the answer arrives later, while the chat goes on."""
+    owner = _OWNERS.get(query.order_id)
+    if owner is not None and caller.user_id != owner:
+        # Refused at once, before any work: the model says so, the client sees "forbidden".
+        raise ToolForbidden(f"order {query.order_id} belongs to another customer")
     # The lookup takes DEMO_ORDER_SECONDS (default 3 s), so the demo shows a pending call.
     seconds = float(os.environ.get("DEMO_ORDER_SECONDS", "3"))
     for stage in ("searching the warehouse", "asking the carrier"):
