@@ -1,11 +1,12 @@
 """Client SDK for the conversation gateway (Python; the browser module is in ``js/``).
 
 ``connect`` gives a ``Conversation``: client functions, streamed replies, server tools in
-manual tool mode, and a socket that survives drops. ``connect_raw`` is the typed low-level
-connection.
+manual tool mode, the user's confirmation of tool calls, and a socket that survives drops.
+``connect_raw`` is the typed low-level connection.
 """
 
 from client_sdk.client import Conversation, ToolMode, connect
+from client_sdk.confirm import Approve, ConfirmHandler, Decline
 from client_sdk.connection import Connection, connect_raw
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
@@ -13,9 +14,12 @@ from client_sdk.server_tools import RUN_ON_GATEWAY, RunOnGateway, ServerToolHand
 
 __all__ = [
     "RUN_ON_GATEWAY",
+    "Approve",
     "ClientError",
+    "ConfirmHandler",
     "Connection",
     "Conversation",
+    "Decline",
     "EventStream",
     "ResumeGap",
     "RunOnGateway",

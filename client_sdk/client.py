@@ -30,10 +30,12 @@ Your battery is at 82%.
 Client functions run when the gateway asks for them, concurrently, within the
 call's deadline. In manual tool mode (``tool_mode="manual"``) the server tools the model
 calls come to the client too: ``on_server_tool`` answers them, or has the gateway run them
-(the default). A dropped socket is resumed (resume.py) with backoff and jitter; the
-app sees no gap and no duplicate: events are checked by ``seq``, and what the gateway
-had not confirmed (results, ``tool.run`` requests, user messages, ``session.update``
-messages) is sent again (the gateway applies each once).
+(the default). Calls of tools marked ``confirm`` wait for the user's approval:
+``on_confirm`` asks the user (without a handler they are declined). A dropped socket is
+resumed (resume.py) with backoff and jitter; the app sees no gap and no duplicate: events
+are checked by ``seq``, and what the gateway had not confirmed (results, ``tool.run``
+requests, ``tool.confirmation`` answers, user messages, ``session.update`` messages) is sent
+again (the gateway applies each once).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from client_sdk.confirm import ConfirmHandler, ask, refused_edit
 from client_sdk.connection import open_socket, text_frame
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
@@ -60,6 +63,7 @@ from gateway.protocol import (
     Ack,
     ClientCall,
     ClientMsg,
+    ConfirmItem,
     Error,
     Outbound,
     ResponseCancel,
@@ -73,6 +77,8 @@ from gateway.protocol import (
     TextDelta,
     TextDone,
     ToolCalls,
+    ToolConfirm,
+    ToolConfirmation,
     ToolResult,
     ToolResults,
     ToolRun,
@@ -84,6 +90,7 @@ __all__ = ["Conversation", "TokenSource", "ToolMode", "connect"]
 
 F = Callable[..., Any]
 H = TypeVar("H", bound=ServerToolHandler)
+C = TypeVar("C", bound=ConfirmHandler)
 ToolMode = Literal["auto", "manual"]
 """``auto``: the gateway runs its server tools; ``manual``: every tool call the model asks
 for, server tools included, comes to the client (``on_server_tool``)."""
@@ -161,6 +168,9 @@ class Conversation:
         self._ack_every = ack_every
         self._functions: dict[str, ClientFunction] = {}
         self._server_tool_handler: ServerToolHandler | None = None
+        self._confirm_handler: ConfirmHandler | None = None
+        self._asked: set[str] = set()
+        """Call ids whose confirmation was asked for (once each, also across resumes)."""
         self._ws: ClientConnection | None = None
         self._background = Background()
         self._subscribers: weakref.WeakSet[EventStream] = weakref.WeakSet()
@@ -252,6 +262,30 @@ class Conversation:
         as the call's error result, so the response goes on.
         """
         self._server_tool_handler = handler
+        return handler
+
+    def on_confirm(self, handler: C) -> C:
+        """Ask the user about the calls of tools marked ``confirm`` (``tool.confirm``); usable
+        as a decorator. One handler for every such call; a new one replaces it.
+
+        ``handler(item)`` gets the ``ConfirmItem`` (``prompt``, a sentence to show such as
+        "Cancel order 1234?", ``tool``, ``display_name``, ``args``, ``timeout``...) and,
+        within the item's timeout, returns ``True`` or ``Approve()`` (approve the call as it
+        is), ``Approve(args={...})`` (approve it with edited arguments), ``False`` or
+        ``Decline(reason="...")`` (decline it; the model hears the reason). ``async`` or plain
+        (a plain one runs in a worker thread). An exception, an overrun or any other value
+        declines the call, saying so; without a handler every such call is declined with the
+        reason "this client cannot ask the user": the SDK never approves by itself.
+
+        The answer goes in a ``tool.confirmation``. An approved server tool then runs on the
+        gateway (``tool.status``); an approved client function's call arrives in
+        ``tool.calls`` as usual; a declined call fails (``tool.status`` ``failed``, ``code:
+        declined``). Each call id is asked about once, even when a resume offers it again in
+        ``open_confirmations``; an answer the gateway has not confirmed is sent again after a
+        resume. Edited arguments the gateway refuses (off the tool's schema) decline the call,
+        with the refusal as the reason, so the response goes on.
+        """
+        self._confirm_handler = handler
         return handler
 
     async def update(
@@ -470,6 +504,13 @@ class Conversation:
             case ToolCalls(calls=calls):
                 for call in calls:
                     self._run_call(call)
+            case ToolConfirm(calls=items):
+                for item in items:
+                    self._ask(item)
+            case Error() if (answer := self._outbox.refused_confirmation(event)) is not None:
+                if event.code == "invalid_message" and answer.approved:  # the call still waits
+                    decline = self._keep_confirmation(refused_edit(answer, event.message))
+                    self._background.spawn(self._send(decline), "confirm")
             case Error() if (refused := self._outbox.refused_run(event)) is not None:
                 if event.code != "unknown_call":  # the call stays ours: answer it, not hang
                     call_id, tool = refused.msg.call_id, refused.tool
@@ -500,20 +541,38 @@ class Conversation:
             self._outbox.results[call.call_id] = reply
             await self._send(ToolResults(results=[reply]))
 
+    def _ask(self, item: ConfirmItem) -> None:
+        if item.call_id in self._asked:
+            return
+        self._asked.add(item.call_id)
+        self._background.spawn(self._confirm(item), f"confirm:{item.call_id}")
+
+    async def _confirm(self, item: ConfirmItem) -> None:
+        answer = await ask(self._confirm_handler, item)
+        await self._send(self._keep_confirmation(answer))
+
+    def _keep_confirmation(self, answer: ToolConfirmation) -> ToolConfirmation:
+        """``answer`` with an id, kept until the gateway confirms it (it replaces an earlier
+        answer for the same call, which the gateway refused)."""
+        answer = msgspec.structs.replace(answer, id=f"cnf_{secrets.token_urlsafe(9)}")
+        self._outbox.keep_confirmation(answer)
+        return answer
+
     async def _after_resume(self, resumed: Resumed) -> None:
         """Carry on over the new socket: deliver the answer, send again what the gateway
         had not confirmed (it applies each once), run calls opened meanwhile."""
         self._ws = resumed.websocket
         self.reconnects += 1
         open_calls: list[ClientCall] = []
+        open_confirmations: list[ConfirmItem] = []
         answer, snapshot = resumed.answer, resumed.snapshot
         if isinstance(snapshot, SessionSnapshot):  # ``answer`` is the resume_gap error
             self.last_seq = snapshot.last_seq
-            open_calls = snapshot.open_calls
+            open_calls, open_confirmations = snapshot.open_calls, snapshot.open_confirmations
             self._deliver(answer)
             self._deliver(snapshot)  # pending say() iterators raise ResumeGap
         elif isinstance(answer, SessionResumed):
-            open_calls = answer.open_calls
+            open_calls, open_confirmations = answer.open_calls, answer.open_confirmations
             self._deliver(answer)
         else:  # not an answer to the resume: an event like any other
             for event in (answer, snapshot):
@@ -523,6 +582,8 @@ class Conversation:
             await self._send(msg)
         for call in open_calls:
             self._run_call(call)
+        for item in open_confirmations:
+            self._ask(item)
 
     def _finish(self, error: ClientError) -> None:
         """The conversation can go no further: tell everyone waiting (once)."""

@@ -4,9 +4,9 @@
 between two sockets. ``Reconnector.run`` opens sockets with backoff and jitter until the
 gateway answers a ``session.resume`` (or says the session is gone); ``Outbox`` keeps what
 the client sent that the gateway has not confirmed, to be sent again on the new socket
-(the gateway applies each message once: results and ``tool.run`` by call id, user messages
-and ``session.update`` by their id). The JS SDK (js/gateway-client.js) follows the same
-steps.
+(the gateway applies each message once: results, ``tool.run`` and ``tool.confirmation`` by
+call id, user messages and ``session.update`` by their id). The JS SDK
+(js/gateway-client.js) follows the same steps.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from gateway.protocol import (
     SessionResume,
     SessionUpdate,
     SessionUpdated,
+    ToolCalls,
+    ToolConfirmation,
     ToolResult,
     ToolResults,
     ToolRun,
@@ -97,6 +99,10 @@ class Outbox:
         self.runs: dict[str, PendingRun] = {}
         """``tool.run`` requests by call id, until a ``tool.status`` for their call, or an
         error that answers them and is not retryable."""
+        self.confirmations: dict[str, ToolConfirmation] = {}
+        """``tool.confirmation`` answers by call id, until a ``tool.status`` for their call
+        (a server tool's, or a declined call's), a ``tool.calls`` that holds it (an approved
+        client function's), or an error that answers them and is not retryable."""
         self.sent: dict[str, UserMessage | SessionUpdate] = {}
         """In the order sent, by id: user messages until a response to them starts, and
         ``session.update`` messages until ``session.updated`` answers them (or, either, until
@@ -125,6 +131,21 @@ class Outbox:
             raise ValueError("only a message with an id can wait for confirmation")
         self.runs[run.call_id] = PendingRun(run, tool)
 
+    def keep_confirmation(self, answer: ToolConfirmation) -> None:
+        """Keep ``answer`` (it has an id) until the gateway confirms it."""
+        if answer.id is None:
+            raise ValueError("only a message with an id can wait for confirmation")
+        self.confirmations[answer.call_id] = answer
+
+    def refused_confirmation(self, event: Error) -> ToolConfirmation | None:
+        """The ``tool.confirmation`` that ``event`` refuses for good (not ``retryable``)."""
+        if event.in_reply_to is None or event.retryable:
+            return None
+        for answer in self.confirmations.values():
+            if answer.id == event.in_reply_to:
+                return answer
+        return None
+
     def refused_run(self, event: Error) -> PendingRun | None:
         """The ``tool.run`` that ``event`` refuses for good (not ``retryable``), if any."""
         if event.in_reply_to is None or event.retryable:
@@ -140,6 +161,10 @@ class Outbox:
             case ToolStatus(call_id=call_id):
                 self.results.pop(call_id, None)
                 self.runs.pop(call_id, None)
+                self.confirmations.pop(call_id, None)
+            case ToolCalls(calls=calls):
+                for call in calls:  # an approved client function's call: the answer arrived
+                    self.confirmations.pop(call.call_id, None)
             case ResponseCreated(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)
             case SessionUpdated(in_reply_to=msg_id) if msg_id:
@@ -148,17 +173,20 @@ class Outbox:
                 self.sent.pop(msg_id, None)
                 if (refused := self.refused_run(event)) is not None:
                     del self.runs[refused.msg.call_id]
+                if (answer := self.refused_confirmation(event)) is not None:
+                    del self.confirmations[answer.call_id]
 
     def resend(self) -> list[ClientMsg]:
         """Everything unconfirmed, in the order to send it on a resumed socket: results,
-        ``tool.run`` requests, then user messages and ``session.update`` in the order sent."""
+        ``tool.run`` requests, ``tool.confirmation`` answers, then user messages and
+        ``session.update`` in the order sent."""
         results = list(self.results.values())
         batches: list[ClientMsg] = [
             ToolResults(results=results[at : at + MAX_RESULTS_PER_MESSAGE])
             for at in range(0, len(results), MAX_RESULTS_PER_MESSAGE)
         ]
         runs = [pending.msg for pending in self.runs.values()]
-        return [*batches, *runs, *self.sent.values()]
+        return [*batches, *runs, *self.confirmations.values(), *self.sent.values()]
 
 
 def _fields_set(update: SessionUpdate) -> set[str]:

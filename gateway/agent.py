@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from gateway.config import load_toml
+from gateway.confirm import ConfirmRule
 from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.server_tool import PythonTools, ServerTool
-from gateway.tool_backend import McpServerEntry, OpenApiEntry, ToolBackend, Toolbox
+from gateway.tool_backend import McpServerEntry, OpenApiEntry, ToolBackend, Toolbox, ToolOptions
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 
 __all__ = ["DEMO_AGENT", "Agent", "load_agent"]
@@ -35,6 +36,10 @@ class ClientFunctionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     output_schema: dict[str, Any] | None = None
     display_name: str | None = None
     timeout: float | None = None
+    confirm: bool = False
+    """The call goes to the client only once the user approved it (docs/tools.md)."""
+    confirm_prompt: str | None = None
+    confirm_rule: str | None = None
 
 
 class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,6 +50,12 @@ class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Async tools: overrides the delivery set in ``@tool``."""
     scopes: list[str] | None = None
     """Scopes the session's user must all have; overrides those set in ``@tool``."""
+    confirm: bool | None = None
+    """A call runs only once the user approved it; overrides ``@tool``."""
+    confirm_prompt: str | None = None
+    """What the user is asked, with ``{arg}`` placeholders; overrides ``@tool``."""
+    confirm_rule: str | None = None
+    """``module:function`` or ``file.py:function`` that may decide without asking."""
 
 
 _Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -60,6 +71,8 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """MCP servers whose tools the agent offers (docs/tools.md)."""
     openapi: list[OpenApiEntry] = []
     """HTTP APIs described by OpenAPI documents, each operation a tool (docs/tools.md)."""
+    confirm_mcp_writes: bool = False
+    """Every MCP tool not annotated read-only needs the user's confirmation."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
@@ -78,6 +91,8 @@ class Agent:
     """The model's name for HTTP providers (``gpt-4o-mini``); ``None`` for the scripted one."""
     suggestions: tuple[str, ...] = ()
     """Example prompts for chat pages, from the agent file (may be empty)."""
+    confirm_rules: dict[str, ConfirmRule] = field(default_factory=dict)
+    """The functions tools name in ``confirm_rule``, by that reference."""
 
     @property
     def tools(self) -> ToolRegistry:
@@ -151,9 +166,17 @@ def load_agent(
             found = _import_tool(entry.ref, path.parent)
             if not isinstance(found, ServerTool):
                 raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
+            confirming = ToolOptions(
+                confirm=entry.confirm,
+                confirm_prompt=entry.confirm_prompt,
+                confirm_rule=entry.confirm_rule,
+            )
             python_tools.append(
                 found.with_options(
-                    timeout=entry.timeout, delivery=entry.delivery, scopes=entry.scopes
+                    timeout=entry.timeout,
+                    delivery=entry.delivery,
+                    scopes=entry.scopes,
+                    options=confirming,
                 )
             )
         client_defs = [
@@ -165,12 +188,18 @@ def load_agent(
                 output_schema=fn.output_schema,
                 display_name=fn.display_name or default_display_name(fn.name),
                 timeout=fn.timeout,
+                confirm=fn.confirm,
+                confirm_prompt=fn.confirm_prompt,
+                confirm_rule=fn.confirm_rule,
             )
             for fn in spec.client_functions
         ]
         toolbox = Toolbox(
-            [PythonTools(python_tools), *_remote_backends(spec, path.parent)], client_defs
+            [PythonTools(python_tools), *_remote_backends(spec, path.parent)],
+            client_defs,
+            confirm_mcp_writes=spec.confirm_mcp_writes,
         )
+        rules = _confirm_rules(spec, toolbox, path.parent)
         provider = create_provider(settings, base_dir=path.parent, pace=pace)
         _check_model_takes_tools(provider, toolbox.registry)
     except ConfigError as exc:
@@ -179,10 +208,27 @@ def load_agent(
         name=spec.name,
         instructions=spec.instructions.strip(),
         toolbox=toolbox,
+        confirm_rules=rules,
         provider=provider,
         model=settings.model if settings.provider != "scripted" else None,
         suggestions=tuple(spec.suggestions),
     )
+
+
+def _confirm_rules(spec: AgentFile, toolbox: Toolbox, base_dir: Path) -> dict[str, ConfirmRule]:
+    """The confirmation rules the file names (its tools', and its backends' options), each
+    imported once, by reference."""
+    refs = {d.confirm_rule for d in toolbox.registry.definitions() if d.confirm_rule}
+    entries: list[McpServerEntry | OpenApiEntry] = [*spec.mcp_servers, *spec.openapi]
+    for entry in entries:
+        refs |= {o.confirm_rule for o in entry.tool_options.values() if o.confirm_rule}
+    rules: dict[str, ConfirmRule] = {}
+    for ref in sorted(refs):
+        found = _import_tool(ref, base_dir)
+        if not callable(found):
+            raise ConfigError(f"confirm_rule {ref!r}: not a function")
+        rules[ref] = found
+    return rules
 
 
 def _remote_backends(spec: AgentFile, base_dir: Path) -> list[ToolBackend]:

@@ -237,6 +237,7 @@ class Runtime:
             tools=self.agent.tools,
             model_supports_tools=self.agent.provider.capabilities.tools,
             model_supports_tool_choice=self.agent.provider.capabilities.tool_choice,
+            confirm_rules=self.agent.confirm_rules,
             limits=Limits(
                 max_message_chars=config.max_message_chars,
                 max_queued_messages=config.max_queued_messages,

@@ -72,6 +72,8 @@ class Call(msgspec.Struct, kw_only=True):
     manual: bool = False
     """A server tool offered to the client (manual tool mode): ``kind`` is ``client``
     until the client has the gateway run it (``tool.run``)."""
+    confirming: bool = False
+    """Waiting for the user's approval (``tool.confirm``); its deadline is the answer's."""
 
     @property
     def settled(self) -> bool:

@@ -9,19 +9,29 @@ the session delivers to the model as context.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from gateway.call import Call, CallState, Ledger
+from gateway.confirm import Approve, ConfirmRule, Deny, decide, prompt_for
 from gateway.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
 from gateway.model import ModelToolCall
 from gateway.outbox import Outbox
 from gateway.principal import ANONYMOUS, Principal
-from gateway.protocol import ClientCall, ToolCalls, ToolResult, ToolRun, ToolStatus
-from gateway.tools import ToolRegistry, default_display_name
+from gateway.protocol import (
+    ClientCall,
+    ConfirmItem,
+    ToolCalls,
+    ToolConfirm,
+    ToolConfirmation,
+    ToolResult,
+    ToolRun,
+    ToolStatus,
+)
+from gateway.tools import ToolEntry, ToolRegistry, default_display_name
 from gateway.transcript import PENDING, ToolOutcome, completion_note
 
 __all__ = ["Completion", "Dispatcher", "client_call"]
@@ -55,8 +65,11 @@ class Dispatcher:
         server_tool_timeout: float,
         max_result_size: int | None = None,
         principal: Principal = ANONYMOUS,
+        confirm_rules: Mapping[str, ConfirmRule] | None = None,
     ) -> None:
         self.tools = tools
+        self._confirm_rules = confirm_rules or {}
+        """The rules ``confirm_rule`` names (``gateway.confirm``), by reference."""
         self._principal = principal
         """Whom the calls run for: the scopes a tool requires are checked against theirs."""
         self.ledger = Ledger()
@@ -89,6 +102,7 @@ class Dispatcher:
         """
         calls = [self._new_call(request, response_id, now, manual) for request in requests]
         batch: list[ClientCall] = []
+        asking: list[ConfirmItem] = []
         for call, request in zip(calls, requests, strict=True):
             if (reason := refuse(call.tool)) is not None:
                 self._settle(call, CallState.FAILED, error=reason)
@@ -96,11 +110,15 @@ class Dispatcher:
                 self._settle(
                     call, CallState.FAILED, error=f"invalid arguments: {request.args_error}"
                 )
-            elif client_call := self._dispatch(call, now):
-                batch.append(client_call)
+            elif isinstance(offered := self._dispatch(call, now), ClientCall):
+                batch.append(offered)
+            elif offered is not None:
+                asking.append(offered)
         for call in calls:
             if not call.settled:  # settled ones were saved when they settled
                 self._out.do(SaveCall(call))
+        if asking:
+            self._out.send(ToolConfirm(response_id=response_id, calls=asking))
         if batch:
             self._out.send(ToolCalls(response_id=response_id, calls=batch))
         return calls
@@ -128,7 +146,7 @@ class Dispatcher:
         self.ledger.add(call)
         return call
 
-    def _dispatch(self, call: Call, now: float) -> ClientCall | None:
+    def _dispatch(self, call: Call, now: float) -> ClientCall | ConfirmItem | None:
         entry = self.tools.get(call.tool)
         if entry is None:
             self._settle(call, CallState.FAILED, error=f"unknown tool {call.tool!r}")
@@ -145,11 +163,102 @@ class Dispatcher:
         if problem:
             self._settle(call, CallState.FAILED, error=f"invalid arguments: {problem}")
             return None
+        definition = entry.definition
+        if definition.confirm:
+            rule = self._confirm_rules.get(definition.confirm_rule or "")
+            decision = decide(rule, call.tool, call.args, self._principal)
+            if isinstance(decision, Deny):
+                error = f"declined: {decision.reason}"
+                self._settle(call, CallState.FAILED, error=error, code="declined")
+                return None
+            if isinstance(decision, Approve) and decision.args is not None:
+                if problem := entry.input_validator.problem(decision.args):
+                    error = f"invalid arguments from the confirmation rule: {problem}"
+                    self._settle(call, CallState.FAILED, error=error)
+                    return None
+                call.args = decision.args
+            if decision is None:  # the user decides
+                call.confirming = True
+                call.deadline = now + self._client_call_timeout
+                return self._confirm_item(call, now)
+        return self._proceed(call, now)
+
+    def _proceed(self, call: Call, now: float) -> ClientCall | None:
+        """Hand ``call`` to whoever runs it: the client (returned, for ``tool.calls``) or
+        the driver."""
         call.dispatched = True
         if call.kind == "client":
             return client_call(call, now)
         self._run(call)
         return None
+
+    def _confirm_item(self, call: Call, now: float) -> ConfirmItem:
+        entry = self.tools.get(call.tool)
+        template = entry.definition.confirm_prompt if entry else None
+        return ConfirmItem(
+            call_id=call.call_id,
+            tool=call.tool,
+            display_name=call.display_name,
+            args=call.args,
+            prompt=prompt_for(template, call.display_name, call.args),
+            deadline=call.deadline,
+            timeout=round(max(0.0, call.deadline - now), 3),
+            kind="server" if call.kind == "server" else "client",
+        )
+
+    def confirmation(self, msg: ToolConfirmation, now: float) -> None:
+        """The user's answer to ``tool.confirm``: run the call (with edited arguments, if
+        any) or fail it as declined; a bad answer gets an ``error`` and the call waits."""
+        call = self.ledger.get(msg.call_id)
+        if call is None or not (call.confirming or call.settled or call.dispatched):
+            self._out.error(
+                "unknown_call",
+                "no call waiting for confirmation with this id in this session",
+                in_reply_to=msg.id,
+                call_id=msg.call_id[:128],
+            )
+            return
+        entry = self.tools.get(call.tool)
+        if not call.confirming or entry is None:
+            self._out.send(_status(call, duplicate=True))  # decided already: once only
+            return
+        if not msg.approved:
+            call.confirming = False
+            error = f"declined by the user: {msg.reason or 'no reason given'}"
+            self._settle(call, CallState.FAILED, error=error, code="declined")
+            return
+        args = self._client_args(call, entry, msg.args, msg.id)
+        if args is None:
+            return
+        call.confirming, call.args = False, args
+        default = self._client_call_timeout if call.kind == "client" else self._server_tool_timeout
+        call.deadline = now + (entry.definition.timeout or default)
+        offered = self._proceed(call, now)
+        self._out.do(SaveCall(call))
+        if offered is not None:
+            self._out.send(ToolCalls(response_id=call.response_id, calls=[offered]))
+
+    def _client_args(
+        self, call: Call, entry: ToolEntry, edited: dict[str, Any] | None, msg_id: str | None
+    ) -> dict[str, Any] | None:
+        """The arguments a client asks to run ``call`` with (its edit, else the model's);
+        ``None`` after an ``error`` when they do not fit the tool's schema."""
+        args = call.args if edited is None else edited
+        if problem := entry.input_validator.problem(args):
+            self._out.error(
+                "invalid_message",
+                f"invalid arguments: {problem}",
+                in_reply_to=msg_id,
+                call_id=call.call_id,
+            )
+            return None
+        return args
+
+    def open_confirmations(self, now: float) -> list[ConfirmItem]:
+        """Calls still waiting for the user's approval, as sent in ``tool.confirm``."""
+        return [
+            self._confirm_item(call, now) for call in self.ledger.open_calls() if call.confirming
+        ]
 
     def _run(self, call: Call) -> None:
         """Have the driver run server tool ``call``."""
@@ -180,14 +289,8 @@ class Dispatcher:
         if call.settled or call.kind == "server" or entry is None:
             self._out.send(_status(call, duplicate=True))  # it runs, or ran, once
             return
-        args = call.args if msg.args is None else msg.args
-        if problem := entry.input_validator.problem(args):
-            self._out.error(
-                "invalid_message",
-                f"invalid arguments: {problem}",
-                in_reply_to=msg.id,
-                call_id=call.call_id,
-            )
+        args = self._client_args(call, entry, msg.args, msg.id)
+        if args is None:
             return
         call.kind, call.args = "server", args
         call.deadline = now + (entry.definition.timeout or self._server_tool_timeout)
@@ -274,6 +377,10 @@ class Dispatcher:
         """Settle every call past its deadline; return the async ones' completions."""
         completions: list[Completion] = []
         for call in self.ledger.due(now):
+            if call.confirming:  # nothing ran, nor was the model told it would
+                call.confirming = False
+                self._settle(call, CallState.EXPIRED, error="the user did not confirm in time")
+                continue
             if call.kind == "client":
                 self._settle(call, CallState.EXPIRED, error="the client did not answer in time")
                 continue
@@ -302,7 +409,9 @@ class Dispatcher:
     def open_client_calls(self, now: float) -> list[ClientCall]:
         """Client-function calls still waiting for their result, as sent in ``tool.calls``."""
         return [
-            client_call(call, now) for call in self.ledger.open_calls() if call.kind == "client"
+            client_call(call, now)
+            for call in self.ledger.open_calls()
+            if call.kind == "client" and not call.confirming
         ]
 
     def drop_all(self) -> None:

@@ -939,6 +939,7 @@ class Driver:
             replayed_from=last_seq + 1,
             last_seq=head,
             open_calls=self.session.open_client_calls(now),
+            open_confirmations=self.session.open_confirmations(now),
         )
         conn.replay(encode(resumed))
         self._notify_sent((resumed,))  # the replayed events were observed when first sent

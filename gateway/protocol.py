@@ -21,6 +21,7 @@ __all__ = [
     "CallStatus",
     "ClientCall",
     "ClientMsg",
+    "ConfirmItem",
     "DecodeFailure",
     "Error",
     "Inbound",
@@ -44,6 +45,8 @@ __all__ = [
     "TextDelta",
     "TextDone",
     "ToolCalls",
+    "ToolConfirm",
+    "ToolConfirmation",
     "ToolInfo",
     "ToolResult",
     "ToolResults",
@@ -206,6 +209,18 @@ class ToolRun(ClientMsg, tag="tool.run"):
     """Arguments to run it with instead of the model's (checked against its schema)."""
 
 
+class ToolConfirmation(ClientMsg, tag="tool.confirmation"):
+    """The user's answer to a call in ``tool.confirm``: approve it (as it is, or with edited
+    ``args``) or decline it (the model gets ``reason``)."""
+
+    call_id: Annotated[str, msgspec.Meta(max_length=128)]
+    approved: bool
+    args: dict[str, Any] | None = None
+    """With ``approved``: run it with these arguments instead (checked against its schema)."""
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+    """With a decline: why, in the user's words; the model sees it."""
+
+
 class ResponseCancel(ClientMsg, tag="response.cancel"):
     """Barge-in: stop the running response (only that one, when ``response_id`` is given)."""
 
@@ -226,6 +241,7 @@ Inbound = (
     | UserMessage
     | ToolResults
     | ToolRun
+    | ToolConfirmation
     | ResponseCancel
     | Ping
 )
@@ -239,6 +255,7 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
         UserMessage,
         ToolResults,
         ToolRun,
+        ToolConfirmation,
         ResponseCancel,
         Ping,
     )
@@ -328,6 +345,8 @@ class SessionResumed(ServerMsg, tag="session.resumed"):
     """The session's newest ``seq``; the replay ends with it."""
     open_calls: list[ClientCall] = []
     """Client-function calls still waiting for a result; answer them (once) if not done."""
+    open_confirmations: list[ConfirmItem] = []
+    """Calls still waiting for the user's approval; answer them (once) if not done."""
 
 
 class TranscriptEntry(msgspec.Struct, kw_only=True):
@@ -345,6 +364,7 @@ class SessionSnapshot(ServerMsg, tag="session.snapshot"):
     last_seq: int
     transcript: list[TranscriptEntry] = []
     open_calls: list[ClientCall] = []
+    open_confirmations: list[ConfirmItem] = []
 
 
 class ResponseCreated(ServerMsg, tag="response.created"):
@@ -392,6 +412,30 @@ class ClientCall(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: Literal["client", "server"] = "client"
     """``server``: a server tool offered to the client in manual tool mode; answer it with
     ``tool.results``, or have the gateway run it with ``tool.run``."""
+
+
+class ConfirmItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tool call waiting for the user's approval before it runs (``tool.confirm``)."""
+
+    call_id: str
+    tool: str
+    display_name: str
+    args: dict[str, Any]
+    prompt: str
+    """A sentence to ask the user, e.g. ``Cancel order 1234?``."""
+    deadline: float
+    """Unix time (seconds) by which the answer must arrive; then the call expires."""
+    timeout: float
+    """The same deadline as seconds from when it was asked (for skewed clocks)."""
+    kind: Literal["client", "server"] = "client"
+    """Where the call runs once approved: the client (a client function) or the gateway."""
+
+
+class ToolConfirm(ServerMsg, tag="tool.confirm"):
+    """Ask the user to approve these calls (``tool.confirmation``); the response waits."""
+
+    response_id: str
+    calls: list[ConfirmItem]
 
 
 class ToolCalls(ServerMsg, tag="tool.calls"):
@@ -453,6 +497,7 @@ Outbound = (
     | TextDelta
     | TextDone
     | ToolCalls
+    | ToolConfirm
     | ToolStatus
     | ResponseDone
     | Error

@@ -21,7 +21,7 @@ import msgspec
 
 from gateway.errors import ConfigError
 from gateway.protocol import struct_schema
-from gateway.tool_backend import NOBODY, BackendKind, Caller
+from gateway.tool_backend import NOBODY, BackendKind, Caller, ToolOptions, with_options
 from gateway.tools import Delivery, Execution, ToolDef, check_tool, default_display_name
 
 __all__ = ["Caller", "Progress", "PythonTools", "ServerTool", "tool"]
@@ -95,6 +95,7 @@ class ServerTool:
         timeout: float | None = None,
         delivery: Delivery | None = None,
         scopes: list[str] | None = None,
+        options: ToolOptions | None = None,
     ) -> ServerTool:
         """The same tool with its timeout, delivery or scopes replaced (agent files may
         tune them)."""
@@ -105,6 +106,7 @@ class ServerTool:
             definition = msgspec.structs.replace(definition, delivery=delivery)
         if scopes is not None:
             definition = msgspec.structs.replace(definition, scopes=tuple(scopes))
+        definition = with_options(definition, options)
         return dataclasses.replace(self, definition=definition)
 
 
@@ -118,6 +120,8 @@ def tool(
     delivery: Delivery = "when_idle",
     read_only: bool | None = None,
     scopes: tuple[str, ...] = (),
+    confirm: bool = False,
+    confirm_prompt: str | None = None,
 ) -> Callable[[Callable[..., Any]], ServerTool]:
     """Make a server tool of a function taking (at most) one msgspec Struct.
 
@@ -131,6 +135,8 @@ def tool(
             ``when_idle``, ``interrupt`` or ``silent`` (see docs/agents.md).
         read_only: the tool changes nothing (kept for confirmation rules).
         scopes: the session's user must have every one of these for a call to run.
+        confirm: a call runs only once the user approved it (``tool.confirm``).
+        confirm_prompt: what the user is asked, with ``{arg}`` placeholders.
 
     Raises:
         ConfigError: a parameter without a type annotation, more than one argument, an
@@ -186,6 +192,8 @@ def tool(
             delivery=delivery,
             read_only=read_only,
             scopes=tuple(scopes),
+            confirm=confirm,
+            confirm_prompt=confirm_prompt,
         )
         check_tool(definition)
         return ServerTool(

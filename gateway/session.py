@@ -12,11 +12,12 @@ delivery of async results); ``dispatch`` owns the tool calls.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.call import Ledger
+from gateway.confirm import ConfirmRule
 from gateway.dispatch import Completion, Dispatcher
 from gateway.errors import ConfigError
 from gateway.event import (
@@ -48,6 +49,7 @@ from gateway.protocol import (
     PROTOCOL_VERSION,
     Ack,
     ClientCall,
+    ConfirmItem,
     DecodeFailure,
     Error,
     Limits,
@@ -67,6 +69,7 @@ from gateway.protocol import (
     SessionUpdated,
     TextDelta,
     TextDone,
+    ToolConfirmation,
     ToolInfo,
     ToolResults,
     ToolRun,
@@ -118,6 +121,8 @@ class SessionSettings:
     """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
     model_supports_tool_choice: bool = True
     """The model honours ``tool_choice`` (``gateway.tool_choice``)."""
+    confirm_rules: Mapping[str, ConfirmRule] = dataclasses.field(default_factory=dict)
+    """The rules tools name in ``confirm_rule`` (``gateway.confirm``), by reference."""
 
 
 class Session:
@@ -148,6 +153,7 @@ class Session:
             server_tool_timeout=settings.server_tool_timeout,
             max_result_size=settings.limits.max_tool_result_size,
             principal=settings.principal,
+            confirm_rules=settings.confirm_rules,
         )
         self._history = History(settings.max_history_chars)
         self._notes: list[PendingNote] = []
@@ -296,6 +302,9 @@ class Session:
             case ToolRun():
                 self._calls.run_on_gateway(event, self._now)
                 self._advance_if_step_settled()
+            case ToolConfirmation():
+                self._calls.confirmation(event, self._now)
+                self._advance_if_step_settled()
             case ResponseCancel(response_id=response_id):
                 self._cancel_response(response_id)
             case ModelFailed():
@@ -398,6 +407,10 @@ class Session:
         """Client-function calls waiting for a result (offered again on resume)."""
         return self._calls.open_client_calls(now)
 
+    def open_confirmations(self, now: float) -> list[ConfirmItem]:
+        """Calls waiting for the user's approval (asked again on resume)."""
+        return self._calls.open_confirmations(now)
+
     def snapshot(self, now: float) -> SessionSnapshot:
         """What a client that lost events rebuilds from: the transcript and open calls."""
         transcript = [
@@ -412,6 +425,7 @@ class Session:
             last_seq=self._out.seq,
             transcript=transcript,
             open_calls=self.open_client_calls(now),
+            open_confirmations=self.open_confirmations(now),
         )
 
     # ----------------------------------------------------------------- session

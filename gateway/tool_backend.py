@@ -89,6 +89,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     display_name: str | None = None
     scopes: list[str] | None = None
     """Scopes the session's user must all have for a call to run."""
+    confirm: bool | None = None
+    """A call runs only once the user (or ``confirm_rule``) approved it."""
+    confirm_prompt: str | None = None
+    """What the user is asked, with ``{arg}`` placeholders."""
+    confirm_rule: str | None = None
+    """``module:function`` or ``file.py:function`` deciding without asking (docs/tools.md)."""
 
 
 _BackendName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
@@ -250,10 +256,16 @@ class Toolbox:
     """
 
     def __init__(
-        self, backends: Sequence[ToolBackend], client_functions: Sequence[ToolDef] = ()
+        self,
+        backends: Sequence[ToolBackend],
+        client_functions: Sequence[ToolDef] = (),
+        *,
+        confirm_mcp_writes: bool = False,
     ) -> None:
         self.backends = tuple(backends)
         self._client_functions = tuple(client_functions)
+        self._confirm_mcp_writes = confirm_mcp_writes
+        """Every MCP tool not annotated read-only needs the user's confirmation."""
         self._routes: dict[str, tuple[ToolBackend, str]] = {}
         self._rows: list[ToolRow] = []
         self._started = False
@@ -347,6 +359,13 @@ class Toolbox:
         definitions: list[ToolDef] = []
         for backend, definition in owned:
             external = backend is not None and backend.kind != "python"
+            if (
+                self._confirm_mcp_writes
+                and backend is not None
+                and backend.kind == "mcp"
+                and definition.read_only is not True
+            ):
+                definition = msgspec.structs.replace(definition, confirm=True)
             exposed = definition.name
             if external and counts[exposed] > 1:
                 assert backend is not None
@@ -407,7 +426,15 @@ def with_options(definition: ToolDef, options: ToolOptions | None) -> ToolDef:
         return definition
     changes = {
         field: value
-        for field in ("execution", "delivery", "timeout", "display_name")
+        for field in (
+            "execution",
+            "delivery",
+            "timeout",
+            "display_name",
+            "confirm",
+            "confirm_prompt",
+            "confirm_rule",
+        )
         if (value := getattr(options, field)) is not None
     }
     if options.scopes is not None:

@@ -61,6 +61,13 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...] = ()
     """Scopes the session's user must all have (from their client token) for a call to
     run; without them it fails with the code ``forbidden``."""
+    confirm: bool = False
+    """A call runs only once the user approved it (``tool.confirm``), or a rule did."""
+    confirm_prompt: str | None = None
+    """The sentence the user is asked, with ``{arg}`` placeholders (``gateway.confirm``)."""
+    confirm_rule: str | None = None
+    """A rule that may decide without asking: ``module:function`` or ``file.py:function``
+    (resolved with the agent file, ``Agent.confirm_rules``)."""
 
 
 @dataclass(frozen=True, slots=True)

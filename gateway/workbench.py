@@ -47,6 +47,8 @@ def describe_tool(row: ToolRow) -> dict[str, Any]:
         "output_schema": d.output_schema,
         "timeout": d.timeout,
         "read_only": d.read_only,
+        "scopes": list(d.scopes),
+        "confirm": d.confirm,
     }
 
 

@@ -53,6 +53,7 @@ def test_demo_agent_has_the_promised_tools():
     assert kinds == {
         "check_stock": "server",
         "check_order_status": "server",
+        "cancel_order": "server",
         "open_settings": "client",
         "get_battery_level": "client",
         "get_nearest_store": "client",

@@ -4,6 +4,8 @@ kept across a persist/restore (every test runs both ways, see tests/test_session
 
 from __future__ import annotations
 
+import dataclasses
+
 from gateway.event import RunTool, ToolFinished
 from gateway.model import ModelFinish, ModelText, ModelToolCall
 from gateway.protocol import (
@@ -16,9 +18,12 @@ from gateway.protocol import (
     ToolResult,
     ToolResults,
     ToolRun,
+    ToolSpec,
     ToolStatus,
     UserMessage,
 )
+from gateway.session import Session
+from gateway.tools import ToolRegistry
 from gateway.transcript import ToolOutcome
 from tests.test_session import LIMITS, Harness, lamp_call, persisted  # noqa: F401
 
@@ -195,3 +200,18 @@ def test_a_bad_tool_run_gets_an_error_and_the_call_stays_the_clients():
     h.feed(UserMessage(text="x"))  # queued behind the response
     h.feed(ToolResults(results=[ToolResult(call_id=lamp.call_id, tool="lamp", output={"ok": 1})]))
     assert isinstance(h.last_model_call().request.items[-1], ToolOutcome)
+
+
+def test_a_model_that_cannot_call_tools_refuses_client_functions_added_by_an_update():
+    h = Harness(model_supports_tools=False)
+    h.settings = dataclasses.replace(h.settings, tools=ToolRegistry())
+    h.session = Session(h.settings, session_id="sess_1", resume_token="t", new_id=h.new_id)
+    h.start()  # no tools: the session starts
+    (refused,) = h.feed(
+        SessionUpdate(client_functions=[ToolSpec(name="vibrate", description="Vibrate.")])
+    )
+    assert isinstance(refused, Error)
+    assert refused.message == "this agent's model cannot call tools"
+    (refused,) = h.feed(UserMessage(text="x", tool_choice="required"))
+    assert isinstance(refused, Error)
+    assert "cannot call tools" in refused.message

@@ -2,7 +2,7 @@
 // client functions that act on this page, server tools, an event inspector and a tools panel.
 // No framework and no build step: plain DOM code, served by the gateway under /demo/.
 
-import { $, compact, el, jsonDetails, kvCard, pretty } from "./cards.js";
+import { $, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, pretty, settleCard } from "./cards.js";
 import { forget, keepToken, loadSaved, save } from "./saved.js";
 
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
@@ -55,13 +55,16 @@ const STORES = [
 
 // Inputs prefilled in the tools panel, and a chat prompt that makes the demo's model call each
 // tool (offered only when the agent suggests that very prompt: another agent has other phrases).
-const TOOL_EXAMPLES = { check_stock: { product: "headphones" }, check_order_status: { order_id: "1234" } };
+const TOOL_EXAMPLES = {
+  check_stock: { product: "headphones" }, check_order_status: { order_id: "1234" }, cancel_order: { order_id: "1234" },
+};
 const TOOL_PROMPTS = {
   open_settings: "open the settings",
   get_battery_level: "what's my battery level?",
   get_nearest_store: "nearest store to 92031",
   check_stock: "do you have headphones in stock?",
   check_order_status: "where is my order 1234?",
+  cancel_order: "cancel my order 1234",
 };
 const SETTINGS_SECTIONS = ["display", "sound", "privacy", "network"];
 const CONNECTION_LABELS = {
@@ -88,6 +91,7 @@ const calls = new Map();       // call_id -> { id, tool, display, kind, isAsync,
 const lifecycles = new Map();  // call_id -> <ol> of steps in the inspector
 const running = new Set();     // response ids that have not ended
 const clientOutputs = new Map(); // call_id -> what our handler returned, shown with the ✓
+const confirms = new Map();    // call_id -> the card asking the user to approve that call
 
 const settings = { theme: "system", inspector: true, chime: false, battery: true, deltas: false, side: "tools" };
 let agentInfo = null;     // GET /v1/agent: { agent, provider, model, suggestions }
@@ -354,7 +358,7 @@ function finishResponse(event) {
   const state = event.status === "completed" ? "done" : String(event.status || "done");
   r.bubble.dataset.state = state;
   r.bubble.setAttribute("aria-busy", "false");
-  if (!r.body.querySelector(".msg-text, .activity, .chip, .msg-error")) r.bubble.classList.add("empty");
+  if (!r.body.querySelector(".msg-text, .activity, .chip, .confirm, .msg-error")) r.bubble.classList.add("empty");
   if (DONE_NOTES[state]) r.body.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
   running.delete(event.response_id);
   updateStop();
@@ -454,6 +458,51 @@ function updateAsyncChip(call, event) {
   }
 }
 
+// ---- Confirmation: a tool marked `confirm` runs only once the user clicks Approve ---------------
+
+/** tool.confirm: a card per call, in the response that asked (the SDK's onConfirm then asks on it). */
+function onConfirmRequest(event) {
+  for (const item of event.calls ?? []) {
+    if (confirms.has(item.call_id)) continue; // asked again after a resume: the card is there
+    const card = confirmCard(item);
+    confirms.set(item.call_id, card);
+    addPart(event.response_id, card);
+    addStep(item.call_id, item.tool, "confirm", item.prompt);
+  }
+}
+
+/**
+ * The SDK's confirmation handler: the card's buttons answer it. The card exists already when
+ * tool.confirm drew it; one offered again after a reload or a snapshot (open_confirmations) may
+ * have none, and gets one of its own.
+ */
+async function askUser(item, { signal }) {
+  let card = confirms.get(item.call_id);
+  if (!card?.isConnected || !["asking", "answered"].includes(card.dataset.status)) {
+    card = confirmCard(item);
+    confirms.set(item.call_id, card);
+    addPart(null, card);
+  }
+  const approved = await askOnCard(card, signal);
+  addStep(item.call_id, item.tool, "answered", approved ? "approve" : "decline");
+  return approved;
+}
+
+/**
+ * The first news of a call the user was asked about settles its card: approved (it runs, shown
+ * as a tool row under the card), declined, expired or cancelled. Returns true when the card
+ * says it all (the call never ran): no tool row then, also for a repeated (duplicate) status.
+ */
+function settleConfirm(callId, event) {
+  const card = confirms.get(callId);
+  if (!card) return false;
+  if (card.dataset.status === "asking" || card.dataset.status === "answered") {
+    const outcome = event ? confirmOutcome(event) : "approved";
+    keepScrolled(() => settleCard(card, outcome, outcome === "approved" ? null : event?.error));
+  }
+  return card.dataset.status !== "approved";
+}
+
 // ---- Protocol events ---------------------------------------------------------------------------
 
 function handleEvent(event) {
@@ -478,6 +527,7 @@ function handleEvent(event) {
         break;
       }
       case "tool.calls": for (const call of event.calls ?? []) onClientCall(call, event.response_id); break;
+      case "tool.confirm": onConfirmRequest(event); break;
       case "tool.status": onToolStatus(event); break;
       case "response.retrying": onRetrying(event); break;
       case "response.done": finishResponse(event); break;
@@ -502,6 +552,7 @@ function onSession(created) {
 /** A call of a client function (tool.calls stands for "requested"). */
 function onClientCall(c, responseId) {
   if (calls.has(c.call_id)) return; // offered again after a resume: already shown
+  settleConfirm(c.call_id, null); // an approved client function's call
   const call = { id: c.call_id, tool: c.tool, display: c.display_name || displayName(c.tool), kind: "client", responseId };
   calls.set(c.call_id, call);
   addActivity(call, c.args ?? {});
@@ -509,6 +560,10 @@ function onClientCall(c, responseId) {
 }
 
 function onToolStatus(event) {
+  if (settleConfirm(event.call_id, event)) {
+    addStep(event.call_id, event.tool, event.status, event.duplicate ? "duplicate" : event.error ?? null);
+    return;
+  }
   let call = calls.get(event.call_id);
   if (!call) {
     const info = toolInfo.get(event.tool);
@@ -533,12 +588,14 @@ function onResumed(event) {
   if (reloaded) addNote(`↻ Conversation restored after the reload: same session, ${replayed}.`, { kind: "ok" });
   else addNote(`↻ Connection restored: session resumed, ${replayed}.`, { kind: "ok" });
   for (const c of event.open_calls ?? []) addStep(c.call_id, c.tool, "offered again", `${Math.round(c.timeout ?? 0)} s left`);
+  for (const c of event.open_confirmations ?? []) addStep(c.call_id, c.tool, "asked again", `${Math.round(c.timeout ?? 0)} s left`);
 }
 
 /** Events were lost for good: redraw the conversation from the snapshot's transcript. */
 function onSnapshot(event) {
   responses.clear();
   calls.clear();
+  confirms.clear(); // the calls still open are asked again (open_confirmations), each on a new card
   messages.replaceChildren();
   for (const entry of event.transcript ?? []) {
     if (entry.role === "user") addUserBubble(entry.text);
@@ -687,6 +744,7 @@ function renderTools(tools, agent) {
       el("span", { class: `badge ${tool.kind}` }, tool.kind === "client" ? "client · runs in the page" : "server · runs on the gateway"),
       el("span", { class: `badge ${tool.execution === "async" ? "async" : ""}` }, tool.execution || "sync"),
       tool.delivery ? el("span", { class: "badge" }, `delivery: ${tool.delivery}`) : null,
+      tool.confirm ? el("span", { class: "badge confirm-badge" }, "asks the user first") : null,
       tool.timeout ? el("span", { class: "badge" }, `timeout ${tool.timeout} s`) : null);
     const card = el("article", { class: "tool", "data-tool": tool.name, "data-kind": tool.kind },
       el("h3", {}, tool.display_name || tool.name, " ", el("code", {}, tool.name)),
@@ -940,8 +998,13 @@ function restoreConversation(saved) {
     if (bubble.dataset.state === "streaming") running.add(id);
   }
   for (const call of saved.calls ?? []) {
-    const node = messages.querySelector(`[data-call-id="${CSS.escape(call.id)}"]:not(.msg)`);
+    const node = messages.querySelector(`[data-call-id="${CSS.escape(call.id)}"]:not(.msg):not(.confirm)`);
     if (node) calls.set(call.id, { ...call, node });
+  }
+  // Cards still waiting: their buttons wait for the new SDK to ask again (open_confirmations).
+  for (const card of messages.querySelectorAll(".confirm[data-call-id]")) {
+    confirms.set(card.dataset.callId, card);
+    for (const button of card.querySelectorAll(".confirm-actions .btn")) button.disabled = true;
   }
   session = saved.session;
   highestSeq = saved.last_seq;
@@ -954,6 +1017,7 @@ function clearConversation() {
   messages.replaceChildren();
   responses.clear();
   calls.clear();
+  confirms.clear();
   running.clear();
   session = null;
   highestSeq = 0;
@@ -1019,6 +1083,8 @@ function newClient(token) {
   const client = new sdk.GatewayClient(WS_URL, { reconnect: true, token, maxReconnectDelay: 4000 });
   conv = client;
   registerClientFunctions();
+  // Calls of tools marked confirm are asked on a card (with an SDK without onConfirm they expire).
+  if (typeof client.onConfirm === "function") client.onConfirm(askUser);
   const draw = (event) => { if (conv === client) handleEvent(event); };
   client.on("*", draw);
   // Newer than some SDKs, which hand it only to listeners that name it (seq de-duplicates).

@@ -42,12 +42,21 @@
  *   edited arguments) to have the gateway run the tool (`tool.run`), whose outcome becomes
  *   the call's result. Without a handler every server-kind call runs on the gateway, as in
  *   auto mode. A server-kind call never goes to the client functions.
+ * - **Confirmation.** A call of a tool marked `confirm` waits for the user's approval: the
+ *   gateway sends `tool.confirm`, and `conv.onConfirm(handler)` asks the user:
+ *   `handler(item, { signal })` returns `true` (approve), `false` (decline),
+ *   `{ approved: true, args }` (approve with edited arguments) or
+ *   `{ approved: false, reason }` (decline; the model hears why), or a Promise of one. It
+ *   runs within the item's timeout (then `signal` aborts and the call is declined, saying
+ *   so). Without a handler every such call is declined ("this client cannot ask the user"):
+ *   the SDK never approves by itself.
  * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
  *   `maxReconnectDelay`). Results and `tool.run` requests the gateway has not confirmed, and
  *   user messages (options included) and `session.update` messages it has not answered, are
- *   sent again (the gateway applies each once), and calls that opened while the client was
- *   away are run. When the gateway no longer has every missed event, pending `say()`
+ *   sent again (the gateway applies each once), and so are `tool.confirmation` answers no
+ *   `tool.status` (or `tool.calls`) has confirmed yet. Calls that opened while the client was
+ *   away are run, and confirmations still open (`open_confirmations`) are asked, once each. When the gateway no longer has every missed event, pending `say()`
  *   iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
@@ -96,6 +105,21 @@
  */
 
 /**
+ * A call of a tool marked `confirm`, waiting for the user's approval (`tool.confirm`, or
+ * `open_confirmations` after a resume); `onConfirm` answers it.
+ * @typedef {object} ConfirmItem
+ * @property {string} call_id
+ * @property {string} tool
+ * @property {string} display_name
+ * @property {Record<string, any>} args The arguments the call would run with.
+ * @property {string} prompt A sentence to ask the user, e.g. "Cancel order 1234?".
+ * @property {number} deadline Unix time, seconds: unanswered by then, the call expires.
+ * @property {number} timeout Seconds left when the item was sent.
+ * @property {"client" | "server"} kind Where the call runs once approved (`client` when the
+ *   server omits it).
+ */
+
+/**
  * @typedef {object} TranscriptEntry
  * @property {"user" | "assistant"} role
  * @property {string} text
@@ -136,6 +160,7 @@
  * @property {number} replayed_from
  * @property {number} last_seq
  * @property {ClientCall[]} open_calls
+ * @property {ConfirmItem[]} open_confirmations Calls still waiting for the user's approval.
  */
 
 /**
@@ -147,6 +172,7 @@
  * @property {number} last_seq
  * @property {TranscriptEntry[]} transcript
  * @property {ClientCall[]} open_calls
+ * @property {ConfirmItem[]} open_confirmations
  */
 
 /**
@@ -195,6 +221,15 @@
  */
 
 /**
+ * Ask the user to approve these calls (`onConfirm`); the response waits.
+ * @typedef {object} ToolConfirm
+ * @property {"tool.confirm"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {ConfirmItem[]} calls
+ */
+
+/**
  * @typedef {object} ToolStatus
  * @property {"tool.status"} type
  * @property {number} seq
@@ -205,6 +240,8 @@
  * @property {any} [result] Server tools' output, with `completed`.
  * @property {any} [progress] With `progress`.
  * @property {string | null} error
+ * @property {string | null} code Why a failed call failed, when it has a code: `declined`
+ *   (the user, or a rule, declined it), `forbidden`...
  * @property {boolean} duplicate
  */
 
@@ -242,7 +279,8 @@
 /**
  * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
  * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | ResponseCreated
- *   | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolStatus | ResponseDone | ErrorEvent | Pong} ServerEvent
+ *   | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
+ *   | ErrorEvent | Pong} ServerEvent
  */
 
 /**
@@ -292,6 +330,22 @@
  * @param {{signal: AbortSignal}} context `signal` aborts at the deadline or on close.
  * @returns {any} The call's output (a JSON value), `RUN_ON_GATEWAY` or a `RunOnGateway`
  *   (have the gateway run it), or a Promise of one of these; a throw is an error result.
+ */
+
+/**
+ * The answer of a confirmation handler: `true` approves the call as it is, `false` declines it;
+ * `{ approved: true, args }` approves it with these arguments instead (the gateway checks them
+ * against the tool's input schema), `{ approved: false, reason }` declines it, the model
+ * hearing `reason` (at most 1000 characters; a longer one is cut).
+ * @typedef {boolean | {approved: boolean, args?: Record<string, any> | null, reason?: string | null}} ConfirmAnswer
+ */
+
+/**
+ * Asks the user about a call of a tool marked `confirm` (`onConfirm`).
+ * @callback ConfirmHandler
+ * @param {ConfirmItem} item The call: `prompt` (the sentence to show), `tool`, `args`...
+ * @param {{signal: AbortSignal}} context `signal` aborts at the item's deadline or on close.
+ * @returns {ConfirmAnswer | Promise<ConfirmAnswer>} Anything else (or a throw) declines it.
  */
 
 /** @typedef {"auto" | "manual"} ToolMode */
@@ -356,6 +410,11 @@ const CLOSE_WAIT_MS = 1_000;
 const MAX_RESULTS_PER_MESSAGE = 128;
 const OVERRAN = "the client function overran its deadline";
 const SERVER_TOOL_OVERRAN = "the server-tool handler overran its deadline";
+/** The reason of the decline sent when the app set no confirmation handler. */
+const NO_CONFIRM_HANDLER = "this client cannot ask the user";
+const CONFIRM_OVERRAN = "the confirmation handler overran its deadline";
+/** The protocol's limit on a decline's `reason`. */
+const MAX_REASON_CHARS = 1000;
 const FUNCTION_NAME = /^[a-z][a-z0-9_]*$/;
 const WS_OPEN = 1;
 
@@ -363,14 +422,15 @@ const WS_OPEN = 1;
 const DEFAULTS = {
   "session.created": () => ({ tools: [], limits: null }),
   "session.updated": () => ({ tools: [], in_reply_to: null }),
-  "session.resumed": () => ({ open_calls: [] }),
-  "session.snapshot": () => ({ transcript: [], open_calls: [] }),
+  "session.resumed": () => ({ open_calls: [], open_confirmations: [] }),
+  "session.snapshot": () => ({ transcript: [], open_calls: [], open_confirmations: [] }),
   "response.created": () => ({ in_reply_to: null, call_id: null }),
   "response.retrying": () => ({}),
   "text.delta": () => ({}),
   "text.done": () => ({}),
   "tool.calls": () => ({ calls: [] }),
-  "tool.status": () => ({ response_id: null, error: null, duplicate: false }),
+  "tool.confirm": () => ({ calls: [] }),
+  "tool.status": () => ({ response_id: null, error: null, code: null, duplicate: false }),
   "response.done": () => ({ turn_completed: false, usage: null }),
   error: () => ({
     in_reply_to: null,
@@ -518,6 +578,8 @@ export class GatewayClient {
     this._functions = new Map();
     /** @type {ServerToolHandler | null} decides server-kind calls (manual tool mode) */
     this._serverTool = null;
+    /** @type {ConfirmHandler | null} asks the user about calls of tools marked confirm */
+    this._confirm = null;
     /** @type {Map<string, Set<(event: any) => void>>} */
     this._listeners = new Map();
     /** @type {Set<Inbox>} the queues of say() and events() */
@@ -549,6 +611,16 @@ export class GatewayClient {
     this._running = new Map();
     /** @type {Map<string, object>} results sent but not confirmed by a tool.status */
     this._unconfirmed = new Map();
+    /** @type {Set<string>} every call id whose confirmation was asked (once per call id) */
+    this._asked = new Set();
+    /** @type {Map<string, AbortController>} confirmation handlers still running */
+    this._asking = new Map();
+    /**
+     * tool.confirmation answers by call id, until a tool.status for their call, a tool.calls
+     * that holds it (an approved client function's), or an error that answers them.
+     * @type {Map<string, {type: "tool.confirmation", id: string, call_id: string, approved: boolean, args?: object, reason?: string}>}
+     */
+    this._answers = new Map();
     /**
      * tool.run requests by call id, until a tool.status for their call (or an error that
      * answers them and is not retryable).
@@ -758,6 +830,32 @@ export class GatewayClient {
       throw new TypeError("onServerTool: the handler must be a function (or null)");
     }
     this._serverTool = handler;
+  }
+
+  /**
+   * Ask the user about the calls of tools marked `confirm` (`tool.confirm`). One handler for
+   * every such call; a new one replaces it, `null` removes it. `handler(item, { signal })` gets
+   * the `ConfirmItem` (`prompt`, the sentence to show, such as "Cancel order 1234?"; `tool`,
+   * `display_name`, `args`, `timeout`...) and returns (or resolves to) `true` (approve),
+   * `false` (decline), `{ approved: true, args }` (approve with edited arguments) or
+   * `{ approved: false, reason }` (decline; the model hears the reason). A throw, any other
+   * value, or no answer by the item's timeout (`signal` aborts then) declines the call, with a
+   * reason that says so. Without a handler every such call is declined with the reason "this
+   * client cannot ask the user": the SDK never approves by itself.
+   *
+   * The answer goes in a `tool.confirmation`. An approved server tool then runs on the gateway
+   * (`tool.status`); an approved client function's call arrives in `tool.calls` and runs as
+   * usual; a declined call fails (`tool.status` `failed`, `code: "declined"`). Each call id is
+   * asked once, also when a resume offers it again in `open_confirmations`; an answer the
+   * gateway has not confirmed is sent again after a resume. Edited arguments the gateway
+   * refuses (off the tool's schema) decline the call, with the refusal as the reason.
+   * @param {ConfirmHandler | null} handler
+   */
+  onConfirm(handler) {
+    if (handler !== null && typeof handler !== "function") {
+      throw new TypeError("onConfirm: the handler must be a function (or null)");
+    }
+    this._confirm = handler;
   }
 
   /**
@@ -1067,17 +1165,25 @@ export class GatewayClient {
         if (event.in_reply_to) {
           this._unanswered.delete(event.in_reply_to);
           this._onRunRefused(event);
+          this._onAnswerRefused(event);
         }
         break;
       case "session.updated":
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
         break;
       case "tool.calls":
-        for (const call of event.calls) this._runCall(call);
+        for (const call of event.calls) {
+          if (call && typeof call === "object") this._answers.delete(call.call_id); // approved
+          this._runCall(call);
+        }
+        break;
+      case "tool.confirm":
+        for (const item of event.calls) this._ask(item);
         break;
       case "tool.status":
         this._unconfirmed.delete(event.call_id);
         this._runs.delete(event.call_id);
+        this._answers.delete(event.call_id);
         break;
       case "response.created":
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
@@ -1170,6 +1276,72 @@ export class GatewayClient {
       const result = { call_id: callId, tool: run.tool, error: event.message };
       this._unconfirmed.set(callId, result);
       this._sendQuiet({ type: "tool.results", results: [result] });
+      return;
+    }
+  }
+
+  /** Ask the user about a call unless it was asked already (tool.confirm, open_confirmations). */
+  _ask(item) {
+    if (!item || typeof item.call_id !== "string" || this._end) return;
+    if (this._asked.has(item.call_id)) return;
+    this._asked.add(item.call_id);
+    const abort = new AbortController();
+    this._asking.set(item.call_id, abort);
+    this._decideConfirmation(item, abort).finally(() => this._asking.delete(item.call_id));
+  }
+
+  /**
+   * The handler's answer to `item`, sent as a tool.confirmation (a decline when there is no
+   * handler, it throws, overruns, or answers something else).
+   * @param {ConfirmItem} item @param {AbortController} abort
+   */
+  async _decideConfirmation(item, abort) {
+    await null; // listeners see the tool.confirm event before the handler runs
+    const handler = this._confirm;
+    /** @type {{approved: boolean, args?: object, reason?: string}} */
+    let answer;
+    if (!handler) {
+      answer = { approved: false, reason: NO_CONFIRM_HANDLER };
+    } else {
+      try {
+        const running = invoke(handler, item, { signal: abort.signal });
+        answer = toAnswer(await withDeadline(running, item.timeout, abort, CONFIRM_OVERRAN));
+      } catch (err) {
+        if (this._end) return; // closed: nobody to answer
+        const reason = err === DEADLINE ? CONFIRM_OVERRAN : `the confirmation handler failed (${describe(err)})`;
+        answer = { approved: false, reason };
+      }
+    }
+    if (this._end) return;
+    this._sendAnswer(item.call_id, answer);
+  }
+
+  /** Send a tool.confirmation, kept until the gateway confirms it (it replaces an earlier one). */
+  _sendAnswer(callId, { approved, args, reason }) {
+    const msg = {
+      type: /** @type {const} */ ("tool.confirmation"),
+      id: randomId("cnf_"),
+      call_id: callId,
+      approved,
+      ...compact({ args, reason: fitReason(reason) }),
+    };
+    this._answers.set(callId, msg);
+    this._sendQuiet(msg);
+  }
+
+  /**
+   * An error that refuses a tool.confirmation for good: forget it; an approval refused for its
+   * arguments (the call still waits) becomes a decline that says why, so the response goes on.
+   * @param {ErrorEvent} event
+   */
+  _onAnswerRefused(event) {
+    if (event.retryable) return; // rate_limited: kept, sent again after a resume
+    for (const [callId, msg] of this._answers) {
+      if (msg.id !== event.in_reply_to) continue;
+      this._answers.delete(callId);
+      if (event.code === "invalid_message" && msg.approved) {
+        this._sendAnswer(callId, { approved: false, reason: `the edited arguments were refused (${event.message})` });
+      }
       return;
     }
   }
@@ -1300,13 +1472,17 @@ export class GatewayClient {
   _afterResume(first, gap) {
     /** @type {ClientCall[]} */
     let openCalls = [];
+    /** @type {ConfirmItem[]} */
+    let openConfirmations = [];
     if (gap) this._deliver(gap);
     if (first.type === "session.snapshot" && gap) {
       this._lastSeq = first.last_seq;
       openCalls = first.open_calls;
+      openConfirmations = first.open_confirmations;
       this._deliver(first); // pending say() iterators throw ResumeGap
     } else if (first.type === "session.resumed") {
       openCalls = first.open_calls;
+      openConfirmations = first.open_confirmations;
       this._deliver(first);
     } else {
       this._onEvent(first);
@@ -1318,8 +1494,10 @@ export class GatewayClient {
       this._sendQuiet({ type: "tool.results", results: results.slice(i, i + MAX_RESULTS_PER_MESSAGE) });
     }
     for (const { msg } of [...this._runs.values()]) this._sendQuiet(msg);
+    for (const msg of [...this._answers.values()]) this._sendQuiet(msg);
     for (const msg of [...this._unanswered.values()]) this._sendQuiet(msg);
     for (const call of openCalls) this._runCall(call);
+    for (const item of openConfirmations) this._ask(item);
   }
 
   /** The conversation can go no further: tell everyone waiting. */
@@ -1327,7 +1505,7 @@ export class GatewayClient {
     if (this._end) return;
     this._end = error;
     this._wake?.();
-    for (const abort of this._running.values()) abort.abort(error);
+    for (const abort of [...this._running.values(), ...this._asking.values()]) abort.abort(error);
     this._connected?.reject(error);
     this._created?.reject(error);
     for (const inbox of this._subscribers) inbox.push(new End(error));
@@ -1405,8 +1583,11 @@ function deferred() {
 
 const DEADLINE = Symbol("deadline");
 
-/** The handler's promise, or a rejection with DEADLINE at `seconds` (or when aborted). */
-function withDeadline(promise, seconds, abort) {
+/**
+ * The handler's promise, or a rejection with DEADLINE at `seconds` (or when aborted); at the
+ * deadline `abort` aborts with a ClientError saying `overran`.
+ */
+function withDeadline(promise, seconds, abort, overran = OVERRAN) {
   return new Promise((resolve, reject) => {
     /** @type {any} */
     let timer = null;
@@ -1422,7 +1603,7 @@ function withDeadline(promise, seconds, abort) {
       timer = setTimeout(() => {
         stop();
         reject(DEADLINE);
-        abort.abort(new ClientError(OVERRAN)); // tell the handler it may stop
+        abort.abort(new ClientError(overran)); // tell the handler it may stop
       }, Math.max(0, seconds) * 1000);
     }
     abort.signal.addEventListener("abort", onAbort, { once: true });
@@ -1483,7 +1664,7 @@ function parseEvent(data) {
   const defaults = Object.hasOwn(DEFAULTS, raw.type) ? DEFAULTS[raw.type]() : {};
   const event = { seq: 0, ...defaults, ...raw };
   if (typeof event.seq !== "number") event.seq = 0;
-  for (const key of ["calls", "open_calls"]) {
+  for (const key of ["calls", "open_calls", "open_confirmations"]) {
     if (Array.isArray(event[key])) {
       event[key] = event[key].map((call) => (call && typeof call === "object" ? { kind: "client", ...call } : call));
     }
@@ -1498,6 +1679,33 @@ function parseEvent(data) {
     }));
   }
   return event;
+}
+
+/**
+ * A confirmation handler's value as an answer; anything but a boolean or an object with a
+ * boolean `approved` declines, saying what came (never approve by accident).
+ * @returns {{approved: boolean, args?: object, reason?: string}}
+ */
+function toAnswer(value) {
+  if (value === true) return { approved: true };
+  if (value === false) return { approved: false };
+  if (value && typeof value === "object" && !Array.isArray(value) && typeof value.approved === "boolean") {
+    if (!value.approved) return { approved: false, reason: value.reason == null ? undefined : String(value.reason) };
+    const args = value.args;
+    if (args == null) return { approved: true };
+    if (typeof args !== "object" || Array.isArray(args)) {
+      return { approved: false, reason: "the confirmation handler approved with args that are not an object" };
+    }
+    return { approved: true, args: toJson(args) }; // a copy: the answer resent later is the one sent first
+  }
+  const what = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
+  return { approved: false, reason: `the confirmation handler returned ${what}, not an answer` };
+}
+
+/** A decline's reason cut to the protocol's limit. */
+function fitReason(reason) {
+  if (reason == null || reason.length <= MAX_REASON_CHARS) return reason;
+  return `${reason.slice(0, MAX_REASON_CHARS - 1)}…`;
 }
 
 /** The object without its `undefined` and `null` fields. */

@@ -836,6 +836,305 @@ test("an unconfirmed tool.run is sent again after a resume, a confirmed one is n
   await conv.close();
 });
 
+// ----------------------------------------------------------------------- confirmation
+
+const confirmItem = (call_id, tool, args = {}, { timeout = 10, kind } = {}) => ({
+  call_id,
+  tool,
+  display_name: tool,
+  args,
+  prompt: `Run ${tool}?`,
+  deadline: Date.now() / 1000 + timeout,
+  timeout,
+  ...(kind ? { kind } : {}),
+});
+
+const askFor = (seq, ...items) => ({ type: "tool.confirm", response_id: "resp_1", calls: items, seq });
+
+/** The tool.confirmation answers the client sends next, by call id. */
+async function answers(sock, n) {
+  const byCall = new Map();
+  for (let i = 0; i < n; i += 1) {
+    const msg = await sock.next("tool.confirmation");
+    assert.match(msg.id, /^cnf_/);
+    byCall.set(msg.call_id, msg);
+  }
+  return byCall;
+}
+
+test("onConfirm approves, declines with a reason, or approves edited args; listeners see the item first", async () => {
+  const { conv, sock } = await started();
+  const order = [];
+  conv.on("tool.confirm", (e) => order.push(`event:${e.calls.length}`));
+  conv.onConfirm(async (item, { signal }) => {
+    order.push(`ask:${item.call_id}`);
+    assert.ok(signal instanceof AbortSignal);
+    assert.equal(item.prompt, `Run ${item.tool}?`);
+    switch (item.args.how) {
+      case "yes":
+        return true;
+      case "no":
+        return false;
+      case "reason":
+        return { approved: false, reason: "I changed my mind" };
+      case "edit":
+        return { approved: true, args: { order_id: "5678" } };
+      case "long":
+        return { approved: false, reason: "x".repeat(2000) };
+    }
+    return undefined;
+  });
+  assert.throws(() => conv.onConfirm("nope"), TypeError);
+  sock.push(
+    askFor(
+      2,
+      confirmItem("c_yes", "cancel_order", { how: "yes" }, { kind: "server" }),
+      confirmItem("c_no", "cancel_order", { how: "no" }),
+      confirmItem("c_reason", "cancel_order", { how: "reason" }),
+      confirmItem("c_edit", "cancel_order", { how: "edit" }),
+      confirmItem("c_long", "cancel_order", { how: "long" }),
+    ),
+  );
+  const byCall = await answers(sock, 5);
+  assert.deepEqual(order.slice(0, 2), ["event:5", "ask:c_yes"]);
+  const strip = ({ id, ...rest }) => rest;
+  assert.deepEqual(strip(byCall.get("c_yes")), { type: "tool.confirmation", call_id: "c_yes", approved: true });
+  assert.deepEqual(strip(byCall.get("c_no")), { type: "tool.confirmation", call_id: "c_no", approved: false });
+  assert.deepEqual(strip(byCall.get("c_reason")), {
+    type: "tool.confirmation",
+    call_id: "c_reason",
+    approved: false,
+    reason: "I changed my mind",
+  });
+  assert.deepEqual(strip(byCall.get("c_edit")), {
+    type: "tool.confirmation",
+    call_id: "c_edit",
+    approved: true,
+    args: { order_id: "5678" },
+  });
+  assert.equal(byCall.get("c_long").reason.length, 1000); // the protocol's limit
+  // the kind defaults to "client" when the server omits it
+  const seen = [];
+  conv.on("tool.confirm", (e) => seen.push(...e.calls.map((c) => c.kind)));
+  sock.push(askFor(3, confirmItem("c_kind", "cancel_order", { how: "yes" })));
+  await sock.next("tool.confirmation");
+  assert.deepEqual(seen, ["client"]);
+  await conv.close();
+});
+
+test("without a handler a call is declined; a throw, an overrun or a stray value declines it too", async () => {
+  const { conv, sock } = await started();
+  sock.push(askFor(2, confirmItem("c_none", "cancel_order")));
+  const declined = await sock.next("tool.confirmation");
+  assert.deepEqual(declined, {
+    type: "tool.confirmation",
+    id: declined.id,
+    call_id: "c_none",
+    approved: false,
+    reason: "this client cannot ask the user",
+  });
+
+  let aborted = null;
+  conv.onConfirm((item, { signal }) => {
+    switch (item.args.how) {
+      case "throw":
+        throw new RangeError("no dialog");
+      case "stuck":
+        signal.addEventListener("abort", () => (aborted = signal.reason));
+        return new Promise(() => {});
+      case "string":
+        return "yes"; // truthy, but not an answer: never approve by accident
+      case "approved-string":
+        return { approved: "true" };
+      case "bad-args":
+        return { approved: true, args: ["not", "an", "object"] };
+    }
+    return undefined;
+  });
+  sock.push(
+    askFor(
+      3,
+      confirmItem("c_throw", "cancel_order", { how: "throw" }),
+      confirmItem("c_stuck", "cancel_order", { how: "stuck" }, { timeout: 0.05 }),
+      confirmItem("c_string", "cancel_order", { how: "string" }),
+      confirmItem("c_approved_string", "cancel_order", { how: "approved-string" }),
+      confirmItem("c_bad_args", "cancel_order", { how: "bad-args" }),
+      confirmItem("c_undefined", "cancel_order", { how: "nothing" }),
+    ),
+  );
+  const byCall = await answers(sock, 6);
+  for (const msg of byCall.values()) assert.equal(msg.approved, false, msg.call_id);
+  assert.equal(byCall.get("c_throw").reason, "the confirmation handler failed (RangeError: no dialog)");
+  assert.equal(byCall.get("c_stuck").reason, "the confirmation handler overran its deadline");
+  assert.ok(aborted instanceof ClientError);
+  assert.equal(byCall.get("c_string").reason, "the confirmation handler returned string, not an answer");
+  assert.equal(byCall.get("c_approved_string").reason, "the confirmation handler returned object, not an answer");
+  assert.match(byCall.get("c_bad_args").reason, /args that are not an object/);
+  assert.equal(byCall.get("c_undefined").reason, "the confirmation handler returned undefined, not an answer");
+  await conv.close();
+});
+
+test("an approved client function's call runs when tool.calls brings it; a repeated tool.confirm is not asked again", async () => {
+  const runs = [];
+  const { conv, sock } = await started({}, (c) =>
+    c.clientFunction("device_a", (args) => {
+      runs.push(args);
+      return { done: true };
+    }),
+  );
+  let asked = 0;
+  conv.onConfirm(() => {
+    asked += 1;
+    return true;
+  });
+  sock.push(askFor(2, confirmItem("c_dev", "device_a", { n: 1 })));
+  assert.equal((await sock.next("tool.confirmation")).approved, true);
+  // the same call id, now as a call to run: the confirmation does not stop it
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [call("c_dev", "device_a", { n: 2 })], seq: 3 });
+  assert.deepEqual((await sock.next("tool.results")).results, [{ call_id: "c_dev", tool: "device_a", output: { done: true } }]);
+  assert.deepEqual(runs, [{ n: 2 }]);
+  sock.push(askFor(4, confirmItem("c_dev", "device_a", { n: 1 })));
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  assert.equal(asked, 1);
+  await conv.close();
+});
+
+test("edited args the gateway refuses become a decline that says why; an unknown call is left at that", async () => {
+  const { gw, conv, sock } = await started();
+  conv.onConfirm((item) => ({ approved: true, args: item.args.edit }));
+  sock.push(askFor(2, confirmItem("c_bad", "cancel_order", { edit: { nope: 1 } }), confirmItem("c_gone", "cancel_order", { edit: { order_id: "1" } })));
+  const first = await answers(sock, 2);
+  const refusal = "invalid arguments: value: 'order_id' is a required property";
+  sock.push(
+    { type: "error", code: "invalid_message", message: refusal, in_reply_to: first.get("c_bad").id, call_id: "c_bad", seq: 3 },
+    { type: "error", code: "unknown_call", message: "no such call", in_reply_to: first.get("c_gone").id, call_id: "c_gone", seq: 4 },
+  );
+  const decline = await sock.next("tool.confirmation");
+  assert.notEqual(decline.id, first.get("c_bad").id);
+  assert.deepEqual(decline, {
+    type: "tool.confirmation",
+    id: decline.id,
+    call_id: "c_bad",
+    approved: false,
+    reason: `the edited arguments were refused (${refusal})`,
+  });
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  // after a resume only the decline goes again (c_gone is gone)
+  const sock2 = await dropAndResume(gw, sock, 1, { replayed_from: 5, last_seq: 4 });
+  assert.deepEqual(await sock2.next("tool.confirmation"), decline);
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+  await conv.close();
+});
+
+test("an unconfirmed answer is sent again after a resume until a tool.status or tool.calls confirms it", async () => {
+  const { gw, conv, sock } = await started();
+  conv.onConfirm((item) => item.args.answer);
+  sock.push(
+    askFor(
+      2,
+      confirmItem("c_srv", "cancel_order", { answer: true }, { kind: "server" }),
+      confirmItem("c_dev", "device_a", { answer: true }),
+      confirmItem("c_no", "cancel_order", { answer: { approved: false, reason: "not now" } }),
+    ),
+  );
+  const first = await answers(sock, 3);
+
+  // lost with the socket, maybe: all three go again, the same frames
+  const sock2 = await dropAndResume(gw, sock, 1, { replayed_from: 3, last_seq: 2 });
+  const again = await answers(sock2, 3);
+  assert.deepEqual(again, first);
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+
+  // a running server tool, the client function's call, a declined call's failure: confirmed
+  sock2.push(
+    { type: "tool.status", call_id: "c_srv", tool: "cancel_order", status: "running", response_id: "resp_1", seq: 3 },
+    { type: "tool.calls", response_id: "resp_1", calls: [call("c_dev", "device_a")], seq: 4 },
+  );
+  await sock2.next("tool.results"); // device_a is no function here: an error result
+  const sock3 = await dropAndResume(gw, sock2, 2, { replayed_from: 5, last_seq: 4 });
+  assert.equal((await sock3.next("tool.results")).results[0].call_id, "c_dev"); // results go first
+  assert.deepEqual(await sock3.next("tool.confirmation"), first.get("c_no"));
+  await flush();
+  assert.deepEqual(sock3.unread, []);
+  sock3.push({
+    type: "tool.status",
+    call_id: "c_no",
+    tool: "cancel_order",
+    status: "failed",
+    code: "declined",
+    error: "declined by the user: not now",
+    response_id: "resp_1",
+    seq: 5,
+  });
+  const sock4 = await dropAndResume(gw, sock3, 3, { replayed_from: 6, last_seq: 5 });
+  assert.equal((await sock4.next("tool.results")).results[0].call_id, "c_dev"); // unconfirmed still
+  await flush();
+  assert.deepEqual(sock4.unread, []);
+  await conv.close();
+});
+
+test("open_confirmations after a resume are asked once each; those answered already are not", async () => {
+  const { gw, conv, sock } = await started();
+  const asked = [];
+  let release = null;
+  conv.onConfirm((item) => {
+    asked.push(item.call_id);
+    if (item.call_id === "c_slow") return new Promise((resolve) => (release = resolve));
+    return true;
+  });
+  sock.push(askFor(2, confirmItem("c_done", "cancel_order"), confirmItem("c_slow", "cancel_order")));
+  await sock.next("tool.confirmation"); // c_done; c_slow waits for the user
+  sock.push({ type: "tool.status", call_id: "c_done", tool: "cancel_order", status: "running", seq: 3 });
+
+  // the gateway offers every open one again, and one asked while the client was away
+  const items = [confirmItem("c_done", "cancel_order"), confirmItem("c_slow", "cancel_order"), confirmItem("c_new", "cancel_order", {}, { timeout: 9.5 })];
+  const opened = [];
+  conv.on("session.resumed", (e) => opened.push(...e.open_confirmations.map((i) => `${i.call_id}:${i.kind}`)));
+  const sock2 = await dropAndResume(gw, sock, 1, { replayed_from: 4, last_seq: 4, open_confirmations: items });
+  // the replay holds the tool.confirm that asked c_new: still asked once
+  sock2.push(askFor(4, confirmItem("c_new", "cancel_order")));
+  const answered = await sock2.next("tool.confirmation");
+  assert.equal(answered.call_id, "c_new");
+  assert.deepEqual(opened, ["c_done:client", "c_slow:client", "c_new:client"]);
+  release(false); // the user answers c_slow now, on the new socket
+  assert.equal((await sock2.next("tool.confirmation")).call_id, "c_slow");
+  await flush();
+  assert.deepEqual(sock2.unread, []);
+  assert.deepEqual(asked, ["c_done", "c_slow", "c_new"]);
+
+  // after resume_gap, the snapshot's open_confirmations are asked too (once)
+  sock2.drop(1013);
+  const sock3 = await gw.socket(2);
+  await sock3.next("session.resume");
+  sock3.push({ type: "error", code: "resume_gap", message: "gone" });
+  sock3.push({
+    type: "session.snapshot",
+    session_id: "sess_1",
+    last_seq: 9,
+    open_confirmations: [confirmItem("c_slow", "cancel_order"), confirmItem("c_snap", "cancel_order")],
+  });
+  const resent = await answers(sock3, 3); // c_new and c_slow unconfirmed, c_snap asked
+  assert.deepEqual([...resent.keys()].sort(), ["c_new", "c_slow", "c_snap"]);
+  assert.deepEqual(asked, ["c_done", "c_slow", "c_new", "c_snap"]);
+  await conv.close();
+});
+
+test("a confirmation handler still waiting at close() is aborted and sends nothing", async () => {
+  const { conv, sock } = await started();
+  let aborted = null;
+  conv.onConfirm((item, { signal }) => new Promise((_, reject) => signal.addEventListener("abort", () => reject((aborted = signal.reason)))));
+  sock.push(askFor(2, confirmItem("c_wait", "cancel_order")));
+  await flush();
+  await conv.close();
+  await flush();
+  assert.ok(aborted instanceof SessionClosed);
+  assert.deepEqual(sock.unread, []);
+});
+
 // ----------------------------------------------------------------------- reconnects
 
 test("after an abnormal close: session.resume with last_seq, resends, open_calls run once", async () => {

@@ -88,3 +88,17 @@ async def check_order_status(query: OrderQuery, progress: Progress, caller: Call
         await asyncio.sleep(seconds / 2)
     status, eta = _STATUSES[zlib.crc32(query.order_id.encode()) % len(_STATUSES)]
     return OrderStatus(order_id=query.order_id, status=status, eta=eta)
+
+
+class Cancellation(msgspec.Struct):
+    order_id: str
+    cancelled: bool
+
+
+@tool(timeout=5, confirm=True, confirm_prompt="Cancel order {order_id}?")
+def cancel_order(query: OrderQuery, caller: Caller) -> Cancellation:
+    """Cancel an order that has not shipped yet. The user is asked to confirm first."""
+    owner = _OWNERS.get(query.order_id)
+    if owner is not None and caller.user_id != owner:
+        raise ToolForbidden(f"order {query.order_id} belongs to another customer")
+    return Cancellation(order_id=query.order_id, cancelled=True)
