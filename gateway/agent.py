@@ -19,7 +19,14 @@ from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.server_tool import PythonTools, ServerTool
-from gateway.tool_backend import McpServerEntry, OpenApiEntry, ToolBackend, Toolbox, ToolOptions
+from gateway.tool_backend import (
+    AgentToolEntry,
+    McpServerEntry,
+    OpenApiEntry,
+    ToolBackend,
+    Toolbox,
+    ToolOptions,
+)
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 
 __all__ = ["DEMO_AGENT", "Agent", "load_agent"]
@@ -73,6 +80,8 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """HTTP APIs described by OpenAPI documents, each operation a tool (docs/tools.md)."""
     confirm_mcp_writes: bool = False
     """Every MCP tool not annotated read-only needs the user's confirmation."""
+    agent_tools: list[AgentToolEntry] = []
+    """Other agents offered as tools (docs/tools.md)."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
@@ -146,6 +155,7 @@ def load_agent(
     pace: float | None = None,
     model: str | None = None,
     base_url: str | None = None,
+    chain: tuple[Path, ...] = (),
 ) -> Agent:
     """Load and check an agent file.
 
@@ -154,6 +164,7 @@ def load_agent(
         pace: scripted model only: seconds between words, overriding the files.
         model: ``provider:model`` replacing the file's model (``gateway serve --model``).
         base_url: the model API's base URL, replacing the file's.
+        chain: the agent files that name this one as a tool, outermost first.
 
     Raises:
         ConfigError: naming the file, the tool and the reason.
@@ -195,7 +206,10 @@ def load_agent(
             for fn in spec.client_functions
         ]
         toolbox = Toolbox(
-            [PythonTools(python_tools), *_remote_backends(spec, path.parent)],
+            [
+                PythonTools(python_tools),
+                *_remote_backends(spec, path.parent, (*chain, path.resolve())),
+            ],
             client_defs,
             confirm_mcp_writes=spec.confirm_mcp_writes,
         )
@@ -231,8 +245,8 @@ def _confirm_rules(spec: AgentFile, toolbox: Toolbox, base_dir: Path) -> dict[st
     return rules
 
 
-def _remote_backends(spec: AgentFile, base_dir: Path) -> list[ToolBackend]:
-    """The MCP servers and OpenAPI documents the file names, not connected yet."""
+def _remote_backends(spec: AgentFile, base_dir: Path, chain: tuple[Path, ...]) -> list[ToolBackend]:
+    """The MCP servers, OpenAPI documents and other agents the file names, not started."""
     backends: list[ToolBackend] = []
     if spec.mcp_servers:
         from gateway.mcp_tools import McpTools  # the MCP SDK is loaded only when used
@@ -242,6 +256,10 @@ def _remote_backends(spec: AgentFile, base_dir: Path) -> list[ToolBackend]:
         from gateway.openapi_tools import OpenApiTools
 
         backends += [OpenApiTools(entry, base_dir) for entry in spec.openapi]
+    if spec.agent_tools:
+        from gateway.agent_tools import AgentTools
+
+        backends += [AgentTools(entry, base_dir, chain) for entry in spec.agent_tools]
     names = [b.name for b in backends]
     if clash := {n for n in names if names.count(n) > 1}:
         raise ConfigError(f"{', '.join(sorted(clash))}: named twice")

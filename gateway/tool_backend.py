@@ -25,6 +25,7 @@ from gateway.principal import Principal
 from gateway.tools import Delivery, Execution, ToolDef, ToolRegistry, check_tool
 
 __all__ = [
+    "AgentToolEntry",
     "BackendKind",
     "Caller",
     "EntryBackend",
@@ -45,7 +46,7 @@ __all__ = [
 
 log = structlog.get_logger("gateway.tools")
 
-BackendKind = Literal["python", "mcp", "openapi"]
+BackendKind = Literal["python", "mcp", "openapi", "agent"]
 
 ReportProgress = Callable[[Any], None]
 """Sends ``tool.status progress`` with a JSON-compatible payload; callable from any thread."""
@@ -154,6 +155,27 @@ class OpenApiEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     timeout, display name."""
 
 
+class AgentToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Another agent offered as a tool (``[[agent_tools]]`` in an agent file): calling it
+    runs that agent's turn to completion and returns its final text."""
+
+    name: _BackendName
+    """The tool's name (and the backend's: ``agent:NAME``)."""
+    file: str
+    """The other agent's file, relative to this one."""
+    description: Annotated[str, msgspec.Meta(min_length=1)]
+    """What the model reads: what to ask this agent for."""
+    display_name: str | None = None
+    execution: Execution = "sync"
+    """``async`` for an agent whose turn takes long: the model gets pending at once."""
+    timeout: float | None = None
+    """Seconds its whole turn may take; ``None`` takes the gateway's server-tool one."""
+    max_steps: Annotated[int, msgspec.Meta(ge=1, le=50)] = 8
+    """Model steps its turn may take."""
+    optional: bool = False
+    """A file that cannot be loaded (or whose tools cannot start): a warning, not an error."""
+
+
 class ToolBackend(Protocol):
     """Where a set of server tools runs.
 
@@ -221,7 +243,7 @@ class EntryBackend:
 
     kind: BackendKind
 
-    def __init__(self, entry: McpServerEntry | OpenApiEntry) -> None:
+    def __init__(self, entry: McpServerEntry | OpenApiEntry | AgentToolEntry) -> None:
         self._named = entry
 
     @property
