@@ -16,6 +16,7 @@ import msgspec
 from gateway.config import load_toml
 from gateway.confirm import ConfirmRule
 from gateway.errors import ConfigError
+from gateway.protocol import Widget
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.server_tool import PythonTools, ServerTool
@@ -47,6 +48,8 @@ class ClientFunctionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     """The call goes to the client only once the user approved it (docs/tools.md)."""
     confirm_prompt: str | None = None
     confirm_rule: str | None = None
+    widget: Widget | None = None
+    """A widget tool: the user answers its calls (a choice, yes/no, a form)."""
 
 
 class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -202,6 +205,7 @@ def load_agent(
                 confirm=fn.confirm,
                 confirm_prompt=fn.confirm_prompt,
                 confirm_rule=fn.confirm_rule,
+                widget=fn.widget,
             )
             for fn in spec.client_functions
         ]

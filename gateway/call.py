@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from gateway.protocol import Widget
+
 __all__ = ["Call", "CallState", "IllegalTransition", "Ledger"]
 
 
@@ -74,6 +76,8 @@ class Call(msgspec.Struct, kw_only=True):
     until the client has the gateway run it (``tool.run``)."""
     confirming: bool = False
     """Waiting for the user's approval (``tool.confirm``); its deadline is the answer's."""
+    widget: Widget | None = None
+    """A widget tool's call: the widget the client shows, filled in (``gateway.widget``)."""
 
     @property
     def settled(self) -> bool:

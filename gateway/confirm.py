@@ -24,6 +24,7 @@ __all__ = [
     "ConfirmRule",
     "Deny",
     "decide",
+    "fill",
     "prompt_for",
 ]
 
@@ -81,11 +82,16 @@ def prompt_for(template: str | None, display_name: str, args: dict[str, Any]) ->
     """The sentence the user is asked: the tool's ``confirm_prompt`` with ``{arg}`` filled
     in, else ``Run <display name> with {...}?``."""
     if template:
-        return _FIELD.sub(lambda m: _text(args.get(m.group(1), "")), template)
+        return fill(template, args)
     shown = json.dumps(args, ensure_ascii=False, sort_keys=True)
     if len(shown) > 200:
         shown = shown[:197] + "..."
     return f"Run {display_name} with {shown}?" if args else f"Run {display_name}?"
+
+
+def fill(template: str, args: dict[str, Any]) -> str:
+    """``template`` with each ``{arg}`` replaced by that argument (empty when absent)."""
+    return _FIELD.sub(lambda m: _text(args.get(m.group(1), "")), template)
 
 
 def _text(value: Any) -> str:

@@ -33,6 +33,7 @@ from gateway.protocol import (
 )
 from gateway.tools import ToolEntry, ToolRegistry, default_display_name
 from gateway.transcript import PENDING, ToolOutcome, completion_note
+from gateway.widget import answer_problem, render
 
 __all__ = ["Completion", "Dispatcher", "client_call"]
 
@@ -186,6 +187,14 @@ class Dispatcher:
     def _proceed(self, call: Call, now: float) -> ClientCall | None:
         """Hand ``call`` to whoever runs it: the client (returned, for ``tool.calls``) or
         the driver."""
+        entry = self.tools.get(call.tool)
+        widget = entry.definition.widget if entry and not call.manual else None
+        if widget is not None and call.kind == "client":
+            shown = render(widget, call.args)
+            if isinstance(shown, str):
+                self._settle(call, CallState.FAILED, error=f"invalid arguments: {shown}")
+                return None
+            call.widget = shown
         call.dispatched = True
         if call.kind == "client":
             return client_call(call, now)
@@ -452,7 +461,11 @@ class Dispatcher:
         if entry is None or entry.output_validator is None:
             return None
         problem = entry.output_validator.problem(output)
-        return f"result does not match the output schema: {problem}" if problem else None
+        if problem:
+            return f"result does not match the output schema: {problem}"
+        if call.widget is not None:
+            return answer_problem(call.widget, output)
+        return None
 
     def _settle(
         self,
@@ -479,6 +492,7 @@ def client_call(call: Call, now: float) -> ClientCall:
         deadline=call.deadline,
         timeout=round(max(0.0, call.deadline - now), 3),
         kind="server" if call.manual else "client",
+        widget=call.widget,
     )
 
 

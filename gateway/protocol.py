@@ -56,6 +56,8 @@ __all__ = [
     "TranscriptEntry",
     "Usage",
     "UserMessage",
+    "Widget",
+    "WidgetField",
     "decode_client",
     "decode_server",
     "encode",
@@ -91,6 +93,35 @@ class ClientMsg(msgspec.Struct, tag_field="type", kw_only=True, forbid_unknown_f
     """Optional client-chosen id; an ``error`` caused by this message names it."""
 
 
+class WidgetField(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One field of a ``form`` widget."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+    label: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    type: Literal["text", "number"] = "text"
+    required: bool = True
+
+
+class Widget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """How the user answers a widget tool's call: the client shows it in the conversation,
+    and the user's answer is the call's result (``choice``: ``{"choice": ...}``;
+    ``confirm``: ``{"confirmed": true|false}``; ``form``: ``{field: value, ...}``)."""
+
+    type: Literal["choice", "confirm", "form"]
+    prompt: Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+    """What the user is asked; ``{arg}`` is filled in from the call's arguments."""
+    options: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1, max_length=100)]],
+        msgspec.Meta(max_length=20),
+    ] = []
+    """``choice``: the options to pick from."""
+    options_arg: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    """``choice``: the argument (a list of strings) that holds the options instead; in a
+    ``tool.calls`` it is resolved into ``options``."""
+    fields: Annotated[list[WidgetField], msgspec.Meta(max_length=10)] = []
+    """``form``: the fields to fill in."""
+
+
 class ToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A function the client can run locally, declared in ``session.start``."""
 
@@ -101,6 +132,8 @@ class ToolSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
     timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
     """Seconds the client has to answer a call; the gateway's default when absent."""
+    widget: Widget | None = None
+    """A widget tool: the user answers its calls through this widget (docs/tools.md)."""
 
 
 ToolChoice = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -412,6 +445,8 @@ class ClientCall(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: Literal["client", "server"] = "client"
     """``server``: a server tool offered to the client in manual tool mode; answer it with
     ``tool.results``, or have the gateway run it with ``tool.run``."""
+    widget: Widget | None = None
+    """A widget tool's call: show the widget; the user's answer is the result."""
 
 
 class ConfirmItem(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -553,6 +553,7 @@ class Session:
                 output_schema=spec.output_schema,
                 display_name=spec.display_name or default_display_name(spec.name),
                 timeout=spec.timeout,
+                widget=spec.widget,
             )
             for spec in own_specs
         ]

@@ -17,8 +17,10 @@ from typing import Any, Literal
 import msgspec
 
 from gateway.errors import ConfigError
+from gateway.protocol import Widget
 from gateway.schema import SchemaValidator, schema_problem
 from gateway.schema_guard import SchemaBudget, SchemaGuard
+from gateway.widget import output_schema, widget_problem
 
 __all__ = [
     "Delivery",
@@ -68,6 +70,8 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     confirm_rule: str | None = None
     """A rule that may decide without asking: ``module:function`` or ``file.py:function``
     (resolved with the agent file, ``Agent.confirm_rules``)."""
+    widget: Widget | None = None
+    """A client function answered by the user through this widget (``gateway.widget``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,15 @@ def check_tool(
         validators.append(compiled)
     if definition.input_schema.get("type") != "object":
         raise ConfigError(f"tool {name!r}: input_schema must have type 'object'")
+    if definition.widget is not None:
+        if definition.kind != "client":
+            raise ConfigError(f"tool {name!r}: only a client function may have a widget")
+        if problem := widget_problem(definition.widget, definition.input_schema):
+            raise ConfigError(f"tool {name!r}: widget: {problem}")
+        if validators[1] is None:  # the user's answer is checked like any result
+            compiled = compile_schema(output_schema(definition.widget))
+            assert not isinstance(compiled, str)
+            validators[1] = compiled
     input_validator, output_validator = validators
     assert input_validator is not None
     return ToolEntry(

@@ -57,6 +57,7 @@ def test_demo_agent_has_the_promised_tools():
         "open_settings": "client",
         "get_battery_level": "client",
         "get_nearest_store": "client",
+        "choose_pickup_store": "client",
     }
     order = agent.tools.get("check_order_status")
     assert order is not None

@@ -1,6 +1,7 @@
 // DOM helpers of the web demo, and the cards it shows tool arguments and results as: a small
 // key/value list people read at a glance, with the raw JSON one click away. Also the card that
-// asks the user to approve a call of a tool marked `confirm` (Approve / Decline).
+// asks the user to approve a call of a tool marked `confirm` (Approve / Decline), and the card
+// of a widget tool's call, which the user answers (a choice, Yes / No, a form).
 
 /** The first element matching `selector` under `root`. */
 export const $ = (selector, root = document) => root.querySelector(selector);
@@ -153,4 +154,160 @@ export function settleCard(card, outcome, detail = null) {
   // deadline. A decline the user did not click (an error, the SDK's) needs it.
   const own = (outcome === "declined" && card.dataset.answer === "decline") || outcome === "expired";
   if (detail && !own) card.append(el("p", { class: "confirm-detail" }, detail));
+}
+
+// ---- The widget card: a widget tool's call, which the user answers (tool.calls with a `widget`)
+
+const WIDGET_ENDS = {
+  completed: ["✓", "Sent"],
+  failed: ["✗", "Failed"],
+  expired: ["◷", "Expired: no answer in time"],
+  cancelled: ["⊘", "Cancelled: the reply was stopped"],
+};
+
+/** The controls of a widget: a button per option, Yes / No, or a form's labelled inputs and Submit. */
+function widgetControls(widget) {
+  switch (widget.type) {
+    case "choice":
+      return el("div", { class: "widget-actions" }, ...(widget.options ?? []).map((option) =>
+        el("button", { class: "btn btn-small widget-option", type: "button", "data-value": option, disabled: true }, option)));
+    case "confirm":
+      return el("div", { class: "widget-actions" },
+        el("button", { class: "btn btn-primary btn-small widget-yes", type: "button", disabled: true }, "Yes"),
+        el("button", { class: "btn btn-small widget-no", type: "button", disabled: true }, "No"));
+    case "form":
+      return el("form", { class: "widget-form" },
+        ...(widget.fields ?? []).map((field) => {
+          const required = field.required !== false;
+          return el("label", { class: "widget-field" },
+            el("span", { class: "widget-label" }, `${field.label}${required ? "" : " (optional)"}`),
+            el("input", {
+              class: "widget-input", name: field.name, type: field.type === "number" ? "number" : "text",
+              step: field.type === "number" ? "any" : null, required, disabled: true,
+              // a required text field needs more than spaces
+              pattern: field.type !== "number" && required ? ".*\\S.*" : null,
+            }));
+        }),
+        el("div", { class: "widget-actions" },
+          el("button", { class: "btn btn-primary btn-small widget-submit", type: "submit", disabled: true }, "Submit")));
+    default:
+      return el("p", { class: "widget-detail" }, `This page cannot show a "${widget.type}" question.`);
+  }
+}
+
+/**
+ * The card that asks the user a widget tool's call (a ClientCall with `widget`): the prompt and
+ * the controls of its type. Its controls stay disabled until `answerOnWidget`.
+ */
+export function widgetCard(call) {
+  const widget = call.widget ?? {};
+  return el("div", {
+    class: "widget", role: "group", "aria-label": widget.prompt ?? call.tool,
+    "data-call-id": call.call_id, "data-tool": call.tool, "data-type": widget.type, "data-status": "asking",
+  },
+  el("div", { class: "widget-head" },
+    el("span", { class: "widget-icon", "aria-hidden": "true" }, "?"),
+    el("span", { class: "widget-name" }, call.display_name || call.tool),
+    el("span", { class: "widget-where" }, "waits for your answer")),
+  el("p", { class: "widget-prompt" }, widget.prompt ?? ""),
+  widgetControls(widget),
+  el("div", { class: "widget-answer" }),
+  el("span", { class: "widget-outcome", role: "status" }));
+}
+
+/** A form's values as the call's output: numbers as numbers, empty optional fields left out. */
+function formOutput(card, widget) {
+  const output = {};
+  for (const field of widget.fields ?? []) {
+    const input = card.querySelector(`input[name="${field.name}"]`);
+    const raw = input ? input.value.trim() : "";
+    if (raw === "") continue; // the browser let it through: optional
+    output[field.name] = field.type === "number" ? Number(raw) : raw;
+  }
+  return output;
+}
+
+/** The user's answer, as the card shows it once given. */
+function answerView(widget, output) {
+  if (widget.type === "choice") return el("p", { class: "widget-picked" }, "You picked ", el("strong", {}, output.choice));
+  if (widget.type === "confirm") return el("p", { class: "widget-picked" }, "You said ", el("strong", {}, output.confirmed ? "Yes" : "No"));
+  return kvCard(output);
+}
+
+/** Disable every control of the card (the answer is given, or nobody waits for it any more). */
+function lockWidget(card) {
+  for (const control of card.querySelectorAll("button, input")) control.disabled = true;
+}
+
+/**
+ * Enable the card's controls; resolves with the call's output at the user's answer
+ * (`{choice}`, `{confirmed}` or the form's values). The card then shows the answer and locks.
+ * When `signal` aborts first (the deadline, the call ended, the session closing) the controls
+ * go off and the promise rejects with its reason. A type the page cannot show rejects at once.
+ * @returns {Promise<Record<string, any>>}
+ */
+export function answerOnWidget(card, widget, signal) {
+  return new Promise((resolve, reject) => {
+    const asking = new AbortController();
+    const stop = () => {
+      asking.abort();
+      lockWidget(card);
+    };
+    const answer = (output, button = null) => {
+      stop();
+      button?.classList.add("chosen");
+      button?.setAttribute("aria-pressed", "true");
+      card.dataset.status = "answered";
+      $(".widget-where", card).textContent = "answered";
+      $(".widget-answer", card).replaceChildren(answerView(widget, output));
+      $(".widget-outcome", card).textContent = "Sending…";
+      resolve(output);
+    };
+    if (signal.aborted) {
+      stop();
+      reject(signal.reason);
+      return;
+    }
+    const on = (node, type, listener) => node.addEventListener(type, listener, { signal: asking.signal });
+    switch (widget.type) {
+      case "choice":
+        for (const button of card.querySelectorAll(".widget-option")) on(button, "click", () => answer({ choice: button.dataset.value }, button));
+        break;
+      case "confirm":
+        on($(".widget-yes", card), "click", (event) => answer({ confirmed: true }, event.currentTarget));
+        on($(".widget-no", card), "click", (event) => answer({ confirmed: false }, event.currentTarget));
+        break;
+      case "form":
+        // submit fires only once the browser finds every required field filled in
+        on($(".widget-form", card), "submit", (event) => {
+          event.preventDefault();
+          answer(formOutput(card, widget));
+        });
+        break;
+      default:
+        stop();
+        reject(new RangeError(`this page cannot show a "${widget.type}" widget`));
+        return;
+    }
+    on(signal, "abort", () => { stop(); reject(signal.reason); });
+    card.dataset.status = "asking";
+    for (const control of card.querySelectorAll("button, input")) control.disabled = false;
+  });
+}
+
+/**
+ * Show how the call ended (a tool.status): `completed` (the answer was taken), `failed`
+ * (`detail`: the gateway's reason, e.g. an answer off the tool's schema), `expired` or
+ * `cancelled`. The controls lock.
+ */
+export function settleWidget(card, status, detail = null) {
+  const [icon, label] = WIDGET_ENDS[status] ?? WIDGET_ENDS.failed;
+  card.dataset.status = status in WIDGET_ENDS ? status : "failed";
+  lockWidget(card);
+  $(".widget-icon", card).textContent = icon;
+  if (card.dataset.status !== "completed" && !$(".widget-answer", card).childElementCount) {
+    $(".widget-where", card).textContent = "not answered";
+  }
+  $(".widget-outcome", card).textContent = label;
+  if (detail && card.dataset.status === "failed") card.append(el("p", { class: "widget-detail" }, detail));
 }

@@ -2,7 +2,10 @@
 // client functions that act on this page, server tools, an event inspector and a tools panel.
 // No framework and no build step: plain DOM code, served by the gateway under /demo/.
 
-import { $, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, pretty, settleCard } from "./cards.js";
+import {
+  $, answerOnWidget, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, pretty, settleCard,
+  settleWidget, widgetCard,
+} from "./cards.js";
 import { forget, keepToken, loadSaved, save } from "./saved.js";
 
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
@@ -92,6 +95,7 @@ const lifecycles = new Map();  // call_id -> <ol> of steps in the inspector
 const running = new Set();     // response ids that have not ended
 const clientOutputs = new Map(); // call_id -> what our handler returned, shown with the ✓
 const confirms = new Map();    // call_id -> the card asking the user to approve that call
+const widgets = new Map();     // call_id -> the card of a widget tool's call (the user answers it)
 
 const settings = { theme: "system", inspector: true, chime: false, battery: true, deltas: false, side: "tools" };
 let agentInfo = null;     // GET /v1/agent: { agent, provider, model, suggestions }
@@ -358,7 +362,7 @@ function finishResponse(event) {
   const state = event.status === "completed" ? "done" : String(event.status || "done");
   r.bubble.dataset.state = state;
   r.bubble.setAttribute("aria-busy", "false");
-  if (!r.body.querySelector(".msg-text, .activity, .chip, .confirm, .msg-error")) r.bubble.classList.add("empty");
+  if (!r.body.querySelector(".msg-text, .activity, .chip, .confirm, .widget, .msg-error")) r.bubble.classList.add("empty");
   if (DONE_NOTES[state]) r.body.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
   running.delete(event.response_id);
   updateStop();
@@ -503,6 +507,55 @@ function settleConfirm(callId, event) {
   return card.dataset.status !== "approved";
 }
 
+// ---- Widgets: a widget tool's call is answered by the user, on a card in the reply ------------
+
+/** The card of a widget call: the one drawn already (also one restored after a reload), or none. */
+function widgetCardOf(callId) {
+  const card = widgets.get(callId);
+  if (card?.isConnected) return card;
+  const drawn = [...messages.querySelectorAll("div.widget")].find((node) => node.dataset.callId === callId);
+  if (drawn) widgets.set(callId, drawn);
+  return drawn ?? null;
+}
+
+/** tool.calls brought a widget call: its card where the tool's row would be. */
+function addWidget(c, responseId) {
+  if (widgetCardOf(c.call_id)) return; // offered again after a resume or a reload
+  const card = widgetCard(c);
+  widgets.set(c.call_id, card);
+  addPart(responseId, card);
+  addStep(c.call_id, c.tool, "widget", c.widget?.prompt ?? null);
+}
+
+/**
+ * The SDK's widget handler: the card's controls answer it. A call offered again with no card
+ * (after a snapshot) gets one of its own; one answered already is not asked again.
+ */
+async function answerWidget(c, { signal }) {
+  let card = widgetCardOf(c.call_id);
+  if (!card || card.dataset.status !== "asking") {
+    card = widgetCard(c);
+    widgets.set(c.call_id, card);
+    addPart(null, card);
+  }
+  const output = await answerOnWidget(card, c.widget ?? {}, signal);
+  addStep(c.call_id, c.tool, "answered", compact(output, 60));
+  saveConversation();
+  return output;
+}
+
+/** A tool.status of a widget call: the card shows how it ended. True when it was one. */
+function settleWidgetCall(event) {
+  const card = widgetCardOf(event.call_id);
+  if (!card) return false;
+  addStep(event.call_id, event.tool, event.status, event.duplicate ? "duplicate" : event.error ?? null);
+  const ended = ["completed", "failed", "expired", "cancelled"].includes(event.status);
+  if (ended && !event.duplicate && ["asking", "answered"].includes(card.dataset.status)) {
+    keepScrolled(() => settleWidget(card, event.status, event.error));
+  }
+  return true;
+}
+
 // ---- Protocol events ---------------------------------------------------------------------------
 
 function handleEvent(event) {
@@ -553,6 +606,10 @@ function onSession(created) {
 function onClientCall(c, responseId) {
   if (calls.has(c.call_id)) return; // offered again after a resume: already shown
   settleConfirm(c.call_id, null); // an approved client function's call
+  if (c.widget) { // none of the page's client functions is a widget tool: onWidget answers it
+    addWidget(c, responseId);
+    return;
+  }
   const call = { id: c.call_id, tool: c.tool, display: c.display_name || displayName(c.tool), kind: "client", responseId };
   calls.set(c.call_id, call);
   addActivity(call, c.args ?? {});
@@ -560,6 +617,7 @@ function onClientCall(c, responseId) {
 }
 
 function onToolStatus(event) {
+  if (settleWidgetCall(event)) return;
   if (settleConfirm(event.call_id, event)) {
     addStep(event.call_id, event.tool, event.status, event.duplicate ? "duplicate" : event.error ?? null);
     return;
@@ -596,6 +654,7 @@ function onSnapshot(event) {
   responses.clear();
   calls.clear();
   confirms.clear(); // the calls still open are asked again (open_confirmations), each on a new card
+  widgets.clear(); // open widget calls come again in open_calls, each on a new card
   messages.replaceChildren();
   for (const entry of event.transcript ?? []) {
     if (entry.role === "user") addUserBubble(entry.text);
@@ -1085,6 +1144,8 @@ function newClient(token) {
   registerClientFunctions();
   // Calls of tools marked confirm are asked on a card (with an SDK without onConfirm they expire).
   if (typeof client.onConfirm === "function") client.onConfirm(askUser);
+  // Calls of widget tools (a choice, Yes / No, a form) are answered on a card too.
+  if (typeof client.onWidget === "function") client.onWidget(answerWidget);
   const draw = (event) => { if (conv === client) handleEvent(event); };
   client.on("*", draw);
   // Newer than some SDKs, which hand it only to listeners that name it (seq de-duplicates).

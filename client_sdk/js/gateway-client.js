@@ -50,6 +50,13 @@
  *   runs within the item's timeout (then `signal` aborts and the call is declined, saying
  *   so). Without a handler every such call is declined ("this client cannot ask the user"):
  *   the SDK never approves by itself.
+ * - **Widgets.** A widget tool's call (`tool.calls` with a `widget`: a choice, a yes/no
+ *   question or a form) is answered by the user. Unless a client function of its name is
+ *   registered, `conv.onWidget(handler)` shows it: `handler(call, { signal })` returns the
+ *   user's answer (`{ choice }`, `{ confirmed }` or the form's values), which is the call's
+ *   output. A throw is an error result; `signal` aborts at the call's deadline, on close, or
+ *   when a `tool.status` ends the call first (`cancelled`, `expired`, `failed`), and then nothing
+ *   is sent. Without either handler the call gets the usual "no function" error result.
  * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
  *   `maxReconnectDelay`). Results and `tool.run` requests the gateway has not confirmed, and
@@ -102,6 +109,27 @@
  * @property {number} timeout Seconds left when the call was sent.
  * @property {"client" | "server"} kind `client`: a client function; `server`: a server tool
  *   offered in manual tool mode (`onServerTool`).
+ * @property {Widget} [widget] A widget tool's call: the user answers it (`onWidget`).
+ */
+
+/**
+ * One field of a `form` widget.
+ * @typedef {object} WidgetField
+ * @property {string} name The key of the value in the output (`^[a-z][a-z0-9_]*$`).
+ * @property {string} label What the user reads next to the input.
+ * @property {"text" | "number"} [type] Default `text`; a `number` value goes as a JSON number.
+ * @property {boolean} [required] Default `true`; an empty optional field is left out.
+ */
+
+/**
+ * What the user is asked in a widget tool's call; the answer is the call's output:
+ * `choice` → `{ choice: "<the option picked>" }`, `confirm` → `{ confirmed: true | false }`,
+ * `form` → `{ <field name>: value, ... }`.
+ * @typedef {object} Widget
+ * @property {"choice" | "confirm" | "form"} type
+ * @property {string} prompt The question, its `{arg}` placeholders filled in by the gateway.
+ * @property {string[]} [options] `choice`: the options to pick from.
+ * @property {WidgetField[]} [fields] `form`: the fields to fill in.
  */
 
 /**
@@ -348,6 +376,16 @@
  * @returns {ConfirmAnswer | Promise<ConfirmAnswer>} Anything else (or a throw) declines it.
  */
 
+/**
+ * Shows a widget tool's call to the user and returns their answer (`onWidget`).
+ * @callback WidgetHandler
+ * @param {ClientCall} call The call; `call.widget` says what to ask (`type`, `prompt`...).
+ * @param {{signal: AbortSignal}} context `signal` aborts at the call's deadline, on close, or
+ *   when a `tool.status` ends the call (`cancelled`, `expired`, `failed`) before the answer.
+ * @returns {any} The call's output (`{ choice }`, `{ confirmed }`, or the form's values), or
+ *   a Promise of it; a throw is an error result.
+ */
+
 /** @typedef {"auto" | "manual"} ToolMode */
 
 /**
@@ -413,6 +451,9 @@ const SERVER_TOOL_OVERRAN = "the server-tool handler overran its deadline";
 /** The reason of the decline sent when the app set no confirmation handler. */
 const NO_CONFIRM_HANDLER = "this client cannot ask the user";
 const CONFIRM_OVERRAN = "the confirmation handler overran its deadline";
+const WIDGET_OVERRAN = "the user did not answer in time";
+/** tool.status values that end a call: a widget still asking stops (its signal aborts). */
+const CALL_ENDED = new Set(["completed", "failed", "cancelled", "expired"]);
 /** The protocol's limit on a decline's `reason`. */
 const MAX_REASON_CHARS = 1000;
 const FUNCTION_NAME = /^[a-z][a-z0-9_]*$/;
@@ -580,6 +621,8 @@ export class GatewayClient {
     this._serverTool = null;
     /** @type {ConfirmHandler | null} asks the user about calls of tools marked confirm */
     this._confirm = null;
+    /** @type {WidgetHandler | null} shows widget tools' calls to the user */
+    this._widget = null;
     /** @type {Map<string, Set<(event: any) => void>>} */
     this._listeners = new Map();
     /** @type {Set<Inbox>} the queues of say() and events() */
@@ -609,6 +652,8 @@ export class GatewayClient {
     this._ran = new Set();
     /** @type {Map<string, AbortController>} handlers still running */
     this._running = new Map();
+    /** @type {Set<string>} widget calls whose handler is still running */
+    this._widgetCalls = new Set();
     /** @type {Map<string, object>} results sent but not confirmed by a tool.status */
     this._unconfirmed = new Map();
     /** @type {Set<string>} every call id whose confirmation was asked (once per call id) */
@@ -856,6 +901,27 @@ export class GatewayClient {
       throw new TypeError("onConfirm: the handler must be a function (or null)");
     }
     this._confirm = handler;
+  }
+
+  /**
+   * Show the calls of widget tools to the user (`tool.calls` whose call has a `widget`). One
+   * handler for every such call that no client function of its name answers; a new one
+   * replaces it, `null` removes it. `handler(call, { signal })` gets the `ClientCall`
+   * (`call.widget`: `type`, `prompt`, `options`, `fields`) and returns (or resolves to) the
+   * user's answer, the call's output: `{ choice: "<option>" }` for `choice`,
+   * `{ confirmed: true | false }` for `confirm`, `{ <field name>: value, ... }` for `form`
+   * (numbers as numbers, empty optional fields left out). The gateway checks it against the
+   * tool's output schema. A throw is an error result. `signal` aborts at the call's deadline
+   * (an error result says the user did not answer in time), on close, or when a `tool.status`
+   * ends the call before the answer (`cancelled`, `expired`, `failed`: nothing is sent). Without
+   * a handler such a call gets the "no function" error result. Each call id is shown once.
+   * @param {WidgetHandler | null} handler
+   */
+  onWidget(handler) {
+    if (handler !== null && typeof handler !== "function") {
+      throw new TypeError("onWidget: the handler must be a function (or null)");
+    }
+    this._widget = handler;
   }
 
   /**
@@ -1181,6 +1247,10 @@ export class GatewayClient {
         for (const item of event.calls) this._ask(item);
         break;
       case "tool.status":
+        if (this._widgetCalls.has(event.call_id) && CALL_ENDED.has(event.status)) {
+          // the call ended without the user's answer: stop asking, send nothing
+          this._running.get(event.call_id)?.abort(new ClientError(`the call was ${event.status}`));
+        }
         this._unconfirmed.delete(event.call_id);
         this._runs.delete(event.call_id);
         this._answers.delete(event.call_id);
@@ -1209,10 +1279,14 @@ export class GatewayClient {
       await this._decide(call, abort); // manual tool mode: never a client function's call
       return;
     }
+    const fn = this._functions.get(call.tool);
+    if (!fn && call.widget && this._widget) {
+      await this._showWidget(call, this._widget, abort);
+      return;
+    }
     /** @type {{call_id: string, tool: string, output?: any, error?: string}} */
     let result;
     try {
-      const fn = this._functions.get(call.tool);
       if (!fn) throw namedError("LookupError", `this client has no function '${call.tool}'`);
       const running = invoke(fn.handler, call.args ?? {}, { signal: abort.signal, call });
       const output = await withDeadline(running, call.timeout, abort);
@@ -1220,6 +1294,30 @@ export class GatewayClient {
     } catch (err) {
       if (this._end) return; // closed: nobody to answer
       result = { call_id: call.call_id, tool: call.tool, error: err === DEADLINE ? OVERRAN : describe(err) };
+    }
+    if (this._end) return;
+    this._unconfirmed.set(call.call_id, result);
+    this._sendQuiet({ type: "tool.results", results: [result] });
+  }
+
+  /**
+   * A widget call: the user's answer (the handler's value) as its result; nothing when the
+   * call ended first (a tool.status aborted the signal) or the conversation closed.
+   * @param {ClientCall} call @param {WidgetHandler} handler @param {AbortController} abort
+   */
+  async _showWidget(call, handler, abort) {
+    this._widgetCalls.add(call.call_id);
+    /** @type {{call_id: string, tool: string, output?: any, error?: string}} */
+    let result;
+    try {
+      const running = invoke(handler, call, { signal: abort.signal });
+      const output = await withDeadline(running, call.timeout, abort, WIDGET_OVERRAN);
+      result = { call_id: call.call_id, tool: call.tool, output: toJson(output) };
+    } catch (err) {
+      if (err !== DEADLINE && abort.signal.aborted) return; // closed, or the call ended
+      result = { call_id: call.call_id, tool: call.tool, error: err === DEADLINE ? WIDGET_OVERRAN : describe(err) };
+    } finally {
+      this._widgetCalls.delete(call.call_id);
     }
     if (this._end) return;
     this._unconfirmed.set(call.call_id, result);

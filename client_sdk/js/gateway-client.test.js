@@ -1135,6 +1135,119 @@ test("a confirmation handler still waiting at close() is aborted and sends nothi
   assert.deepEqual(sock.unread, []);
 });
 
+// ----------------------------------------------------------------------- widgets
+
+/** A widget tool's call: the user answers it. */
+const widgetCall = (call_id, tool, widget, args = {}, timeout = 10) => ({ ...call(call_id, tool, args, timeout), widget });
+const STORES = { type: "choice", prompt: "Which store should I pick up from?", options: ["Main St", "Harbor"] };
+
+/** The next `n` tool.results, one result each, by call id. */
+async function resultsOf(sock, n) {
+  const byCall = new Map();
+  for (let i = 0; i < n; i += 1) {
+    const msg = await sock.next("tool.results");
+    assert.equal(msg.results.length, 1);
+    byCall.set(msg.results[0].call_id, msg.results[0]);
+  }
+  return byCall;
+}
+
+test("onWidget answers widget calls with the user's answer; a throw is an error result", async () => {
+  const { conv, sock } = await started();
+  const order = [];
+  conv.on("tool.calls", (e) => order.push(`event:${e.calls.length}`));
+  conv.onWidget(async (c, { signal }) => {
+    order.push(`show:${c.call_id}`);
+    assert.ok(signal instanceof AbortSignal);
+    switch (c.widget.type) {
+      case "choice":
+        return { choice: c.widget.options[1] };
+      case "confirm":
+        return { confirmed: false };
+      case "form":
+        return { name: "Ada", count: 3 };
+      default:
+        throw new RangeError(`cannot show ${c.widget.type}`);
+    }
+  });
+  assert.throws(() => conv.onWidget("nope"), TypeError);
+  const form = { type: "form", prompt: "Details?", fields: [{ name: "name", label: "Name" }, { name: "count", label: "Count", type: "number" }] };
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [
+      widgetCall("w_choice", "choose_pickup_store", STORES, { stores: STORES.options }),
+      widgetCall("w_confirm", "ask_yes_no", { type: "confirm", prompt: "Sure?" }),
+      widgetCall("w_form", "fill_form", form),
+      widgetCall("w_odd", "odd_widget", { type: "slider", prompt: "How much?" }),
+    ],
+    seq: 2,
+  });
+  const results = await resultsOf(sock, 4);
+  assert.equal(order[0], "event:4"); // listeners see the calls before the handler runs
+  assert.deepEqual(results.get("w_choice"), { call_id: "w_choice", tool: "choose_pickup_store", output: { choice: "Harbor" } });
+  assert.deepEqual(results.get("w_confirm"), { call_id: "w_confirm", tool: "ask_yes_no", output: { confirmed: false } });
+  assert.deepEqual(results.get("w_form"), { call_id: "w_form", tool: "fill_form", output: { name: "Ada", count: 3 } });
+  assert.deepEqual(results.get("w_odd"), { call_id: "w_odd", tool: "odd_widget", error: "RangeError: cannot show slider" });
+
+  // the same call id again (a replay): not shown twice
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [widgetCall("w_choice", "choose_pickup_store", STORES)], seq: 3 });
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  assert.equal(order.filter((o) => o === "show:w_choice").length, 1);
+  await conv.close();
+});
+
+test("a client function of the widget's name wins over onWidget; without either the call fails", async () => {
+  const { conv, sock } = await started({}, (c) =>
+    c.clientFunction("choose_pickup_store", (args, { call: cl }) => ({ choice: args.stores[0], widget: cl.widget.type })),
+  );
+  const shown = [];
+  conv.onWidget((c) => {
+    shown.push(c.call_id);
+    return { choice: "never" };
+  });
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [widgetCall("w_fn", "choose_pickup_store", STORES, { stores: ["Main St"] })], seq: 2 });
+  const [fnResult] = (await sock.next("tool.results")).results;
+  assert.deepEqual(fnResult, { call_id: "w_fn", tool: "choose_pickup_store", output: { choice: "Main St", widget: "choice" } });
+  assert.deepEqual(shown, []);
+
+  conv.onWidget(null);
+  sock.push({ type: "tool.calls", response_id: "resp_1", calls: [widgetCall("w_none", "pick_colour", STORES)], seq: 3 });
+  const [noHandler] = (await sock.next("tool.results")).results;
+  assert.deepEqual(noHandler, { call_id: "w_none", tool: "pick_colour", error: "LookupError: this client has no function 'pick_colour'" });
+  await conv.close();
+});
+
+test("a widget unanswered at its deadline fails; one a tool.status ends, or close(), stops asking and sends nothing", async () => {
+  const { conv, sock } = await started();
+  const signals = new Map();
+  conv.onWidget((c, { signal }) => {
+    signals.set(c.call_id, signal);
+    return new Promise(() => {}); // the user never answers
+  });
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [widgetCall("w_late", "choose_pickup_store", STORES, {}, 0.05), widgetCall("w_gone", "choose_pickup_store", STORES), widgetCall("w_open", "choose_pickup_store", STORES)],
+    seq: 2,
+  });
+  const [late] = (await sock.next("tool.results")).results;
+  assert.deepEqual(late, { call_id: "w_late", tool: "choose_pickup_store", error: "the user did not answer in time" });
+  assert.equal(signals.get("w_late").aborted, true);
+
+  sock.push({ type: "tool.status", call_id: "w_gone", tool: "choose_pickup_store", status: "cancelled", seq: 3 });
+  await flush();
+  assert.equal(signals.get("w_gone").aborted, true);
+  assert.match(signals.get("w_gone").reason.message, /cancelled/);
+  assert.equal(signals.get("w_open").aborted, false);
+  assert.deepEqual(sock.unread, []);
+
+  await conv.close();
+  assert.ok(signals.get("w_open").reason instanceof SessionClosed);
+  assert.deepEqual(sock.unread, []);
+});
+
 // ----------------------------------------------------------------------- reconnects
 
 test("after an abnormal close: session.resume with last_seq, resends, open_calls run once", async () => {
