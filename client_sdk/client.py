@@ -134,6 +134,8 @@ class Conversation:
         tool_mode: the session's default tool mode: ``"auto"`` (the gateway runs its server
             tools; the gateway's default) or ``"manual"`` (every tool call the model asks
             for, server tools included, comes to the client: see ``on_server_tool``).
+        time_zone: the user's IANA time zone (``"Europe/Paris"``), for tools that tell
+            the time (the gateway's ``get_current_time``); UTC when absent.
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class Conversation:
         tool_choice: str | None = None,
         max_steps: int | None = None,
         tool_mode: ToolMode | None = None,
+        time_zone: str | None = None,
     ) -> None:
         self._url = url
         self._token = token
@@ -162,6 +165,7 @@ class Conversation:
             tool_choice=tool_choice,
             max_steps=max_steps,
             tool_mode=tool_mode,
+            time_zone=time_zone,
         )
         self._reconnect = reconnect
         self._reconnector = Reconnector(self._open_socket, max_reconnect_delay)

@@ -20,6 +20,7 @@ from gateway.protocol import Widget
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.server_tool import PythonTools, ServerTool
+from gateway.system_tools import SystemToolName, SystemTools
 from gateway.tool_backend import (
     AgentToolEntry,
     McpServerEntry,
@@ -85,6 +86,8 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Every MCP tool not annotated read-only needs the user's confirmation."""
     agent_tools: list[AgentToolEntry] = []
     """Other agents offered as tools (docs/tools.md)."""
+    system_tools: list[SystemToolName] = []
+    """Built-in tools to offer, by name: ``get_current_time``."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
@@ -260,6 +263,8 @@ def _remote_backends(spec: AgentFile, base_dir: Path, chain: tuple[Path, ...]) -
         from gateway.openapi_tools import OpenApiTools
 
         backends += [OpenApiTools(entry, base_dir) for entry in spec.openapi]
+    if spec.system_tools:
+        backends.append(SystemTools(spec.system_tools))
     if spec.agent_tools:
         from gateway.agent_tools import AgentTools
 

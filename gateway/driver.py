@@ -1070,7 +1070,10 @@ class Driver:
         )
         try:
             output = await self._toolbox.call(
-                effect.tool, effect.args, progress, Caller.of(self.session.principal)
+                effect.tool,
+                effect.args,
+                progress,
+                Caller.of(self.session.principal, self.session.time_zone),
             )
         except Exception as exc:
             log.warning(

@@ -169,6 +169,10 @@ class SessionStart(ClientMsg, tag="session.start"):
     """The session's default ``max_steps`` (the gateway's when absent)."""
     tool_mode: ToolMode | None = None
     """The session's default tool mode (``auto`` when absent)."""
+    time_zone: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_+\-/]{0,63}$")] | None = (
+        None
+    )
+    """The user's IANA time zone (``Europe/Paris``), for tools that tell the time."""
 
 
 class SessionResume(ClientMsg, tag="session.resume"):

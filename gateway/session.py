@@ -169,6 +169,8 @@ class Session:
         """The session's default ``max_steps``; ``None``: the gateway's limit."""
         self._tool_mode = "auto"
         """The session's default tool mode: ``manual`` sends every tool call to the client."""
+        self.time_zone: str | None = None
+        """The user's time zone, from ``session.start`` (for tools that tell the time)."""
         self._now = 0.0
 
     @classmethod
@@ -192,6 +194,7 @@ class Session:
         session._client_specs = state.client_functions
         session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
         session._tool_mode = state.tool_mode
+        session.time_zone = state.time_zone
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -231,6 +234,7 @@ class Session:
             tool_choice=self._tool_choice,
             max_steps=self._max_steps,
             tool_mode=self._tool_mode,
+            time_zone=self.time_zone,
         )
 
     # ----------------------------------------------------------------- public
@@ -450,6 +454,7 @@ class Session:
         self._tool_choice = msg.tool_choice or "auto"
         self._max_steps = msg.max_steps
         self._tool_mode = msg.tool_mode or "auto"
+        self.time_zone = msg.time_zone
         tools = self._calls.tools
         if msg.instructions:
             self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()

@@ -115,6 +115,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The session's default ``max_steps``; ``None``: the gateway's limit."""
     tool_mode: str = "auto"
     """The session's default tool mode."""
+    time_zone: str | None = None
+    """The user's time zone, from ``session.start``."""
 
 
 _encoder = msgspec.msgpack.Encoder()

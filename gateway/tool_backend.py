@@ -46,7 +46,7 @@ __all__ = [
 
 log = structlog.get_logger("gateway.tools")
 
-BackendKind = Literal["python", "mcp", "openapi", "agent"]
+BackendKind = Literal["python", "mcp", "openapi", "agent", "system"]
 
 ReportProgress = Callable[[Any], None]
 """Sends ``tool.status progress`` with a JSON-compatible payload; callable from any thread."""
@@ -65,14 +65,17 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...] = ()
     claims: dict[str, Any] = msgspec.field(default_factory=dict)
     """The user's other claims, as the backend that minted the token stated them."""
+    time_zone: str | None = None
+    """The user's time zone, when their app sent one (``session.start``)."""
 
     @classmethod
-    def of(cls, principal: Principal) -> Caller:
+    def of(cls, principal: Principal, time_zone: str | None = None) -> Caller:
         return cls(
             principal=principal.name,
             user_id=principal.user_id,
             scopes=principal.scopes,
             claims=principal.claims,
+            time_zone=time_zone,
         )
 
 

@@ -401,6 +401,9 @@
  * @property {boolean} [reconnect] Resume after a dropped socket (default true).
  * @property {number} [maxReconnectDelay] The longest wait between reconnect attempts, ms (default 10000).
  * @property {number} [ackEvery] Acknowledge received events after this many (default 64).
+ * @property {string | null} [timeZone] The user's IANA time zone, for tools that tell the time
+ *   (the gateway's `get_current_time`). Default: the browser's own
+ *   (`Intl.DateTimeFormat().resolvedOptions().timeZone`); `null` sends none.
  * @property {string} [toolChoice] The session's default for which tools the model may call in
  *   a response: `"auto"` (its choice; the gateway's default), `"none"`, `"required"` (at least
  *   one) or one tool's name. A forced choice holds for the first model step of a response;
@@ -575,6 +578,15 @@ export async function connect(url, options = {}) {
 }
 
 /** One session with the gateway, across as many sockets as it takes. */
+/** The runtime's own IANA time zone (a browser's, Node's), or `undefined` if it has none. */
+function defaultTimeZone() {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export class GatewayClient {
   /** The same as the module's `RUN_ON_GATEWAY`, for a server-tool handler to return. */
   static RUN_ON_GATEWAY = RUN_ON_GATEWAY;
@@ -596,6 +608,7 @@ export class GatewayClient {
       toolChoice,
       maxSteps,
       toolMode,
+      timeZone = defaultTimeZone(),
     } = options;
     if (typeof WebSocketImpl !== "function") {
       throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
@@ -610,6 +623,7 @@ export class GatewayClient {
       tool_choice: toolChoice,
       max_steps: maxSteps,
       tool_mode: toolMode,
+      time_zone: timeZone,
     });
     this._reconnect = Boolean(reconnect);
     this._maxDelay = Math.max(0, Number(maxReconnectDelay));

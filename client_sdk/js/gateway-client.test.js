@@ -240,6 +240,8 @@ test("connect offers gateway.v1 and the token; session.start declares the client
     agent: "demo",
     instructions: "Be brief.",
     metadata: { app: "3.2" },
+    // The runtime's own time zone, for tools that tell the time (timeZone: null sends none).
+    time_zone: Intl.DateTimeFormat().resolvedOptions().timeZone,
     client_functions: [
       {
         name: "get_battery_level",
@@ -422,7 +424,7 @@ test("post() and cancel() send without waiting; listeners can unsubscribe", asyn
 
 test("response options: session defaults in session.start, per-message ones in user.message", async () => {
   const gw = new FakeGateway();
-  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolChoice: "required", maxSteps: 3 });
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolChoice: "required", maxSteps: 3, timeZone: null });
   // before the start, update() changes what session.start will carry
   assert.equal(await conv.update({ maxSteps: 4 }), null);
   const starting = conv.start();
@@ -467,7 +469,7 @@ test("response options: session defaults in session.start, per-message ones in u
 });
 
 test("the session starts without tool_choice and max_steps unless asked", async () => {
-  const { conv, start } = await started({ agent: "demo" });
+  const { conv, start } = await started({ agent: "demo", timeZone: null });
   assert.deepEqual(start, { type: "session.start", agent: "demo", client_functions: [] });
   await conv.close();
 });
@@ -622,7 +624,7 @@ const serverCall = (call_id, tool, args = {}, timeout = 10) => ({ ...call(call_i
 
 test("tool_mode: the session default in session.start and update(), per message in user.message", async () => {
   const gw = new FakeGateway();
-  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolMode: "manual" });
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, toolMode: "manual", timeZone: null });
   assert.equal(await conv.update({ toolChoice: "required" }), null); // the mode stays
   const starting = conv.start();
   const sock = await gw.socket(0);
