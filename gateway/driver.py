@@ -536,6 +536,9 @@ class Driver:
                 self._stop_tools_at_deadlines()
             else:
                 await self._flush()
+                if self.session.ended_by_agent and self._conn is not None:
+                    # After the last answer and session.ended: a close that says why.
+                    self._conn.close(CloseCode.NORMAL, "session ended", flush=True)
                 await self._cancel_all()
                 await self._end_in_store()
             self.quiet.set()

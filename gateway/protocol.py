@@ -36,6 +36,7 @@ __all__ = [
     "ResponseStatus",
     "ServerMsg",
     "SessionCreated",
+    "SessionEnded",
     "SessionResume",
     "SessionResumed",
     "SessionSnapshot",
@@ -404,6 +405,13 @@ class SessionSnapshot(ServerMsg, tag="session.snapshot"):
     open_confirmations: list[ConfirmItem] = []
 
 
+class SessionEnded(ServerMsg, tag="session.ended"):
+    """The agent ended the session (its ``end_session`` tool), after its last answer; the
+    socket then closes with 1000 and the reason ``session ended``."""
+
+    reason: str
+
+
 class ResponseCreated(ServerMsg, tag="response.created"):
     response_id: str
     in_reply_to: str | None = None
@@ -531,6 +539,7 @@ Outbound = (
     | SessionUpdated
     | SessionResumed
     | SessionSnapshot
+    | SessionEnded
     | ResponseCreated
     | ResponseRetrying
     | TextDelta

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.call import Ledger
+from gateway.call import CallState, Ledger
 from gateway.confirm import ConfirmRule
 from gateway.dispatch import Completion, Dispatcher
 from gateway.errors import ConfigError
@@ -62,6 +62,7 @@ from gateway.protocol import (
     ResponseStatus,
     ServerMsg,
     SessionCreated,
+    SessionEnded,
     SessionResume,
     SessionSnapshot,
     SessionStart,
@@ -171,6 +172,9 @@ class Session:
         """The session's default tool mode: ``manual`` sends every tool call to the client."""
         self.time_zone: str | None = None
         """The user's time zone, from ``session.start`` (for tools that tell the time)."""
+        self._ending: str | None = None
+        """Why the agent ends the session (its ``end_session`` tool completed): it ends
+        once the running response is done."""
         self._now = 0.0
 
     @classmethod
@@ -195,6 +199,7 @@ class Session:
         session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
         session._tool_mode = state.tool_mode
         session.time_zone = state.time_zone
+        session._ending = state.ending
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -235,6 +240,7 @@ class Session:
             max_steps=self._max_steps,
             tool_mode=self._tool_mode,
             time_zone=self.time_zone,
+            ending=self._ending,
         )
 
     # ----------------------------------------------------------------- public
@@ -242,6 +248,11 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._phase is Phase.CLOSED
+
+    @property
+    def ended_by_agent(self) -> bool:
+        """The session is over because the agent ended it (``session.ended`` was sent)."""
+        return self._phase is Phase.CLOSED and self._ending is not None
 
     @property
     def principal(self) -> Principal:
@@ -302,6 +313,7 @@ class Session:
             case ToolResults():
                 for result in event.results:
                     self._calls.accept_client_result(result, event.id)
+                    self._note_ending(result.call_id)
                 self._advance_if_step_settled()
             case ToolRun():
                 self._calls.run_on_gateway(event, self._now)
@@ -315,6 +327,7 @@ class Session:
                 self._on_model_failed(event)
             case ToolFinished():
                 completion = self._calls.tool_finished(event)
+                self._note_ending(event.call_id)
                 if completion is not None:
                     self._deliver(completion)
                 self._advance_if_step_settled()
@@ -722,8 +735,22 @@ class Session:
             )
         )
         self._response = None
+        if self._ending is not None:  # the agent said goodbye in this response
+            self._out.send(SessionEnded(reason=self._ending))
+            self._shut_down()
+            return
         if start_next:
             self._start_next()
+
+    def _note_ending(self, call_id: str) -> None:
+        """A completed ``end_session`` call: the session ends after this response."""
+        call = self._calls.ledger.get(call_id)
+        if call is None or call.state is not CallState.COMPLETED or self._ending is not None:
+            return
+        entry = self._calls.tools.get(call.tool)
+        if entry is not None and entry.definition.ends_session:
+            reason = call.args.get("reason")
+            self._ending = reason if isinstance(reason, str) and reason else "goodbye"
 
     def _cancel_response(
         self,

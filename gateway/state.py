@@ -117,6 +117,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The session's default tool mode."""
     time_zone: str | None = None
     """The user's time zone, from ``session.start``."""
+    ending: str | None = None
+    """Why the agent ends the session once the running response is done."""
 
 
 _encoder = msgspec.msgpack.Encoder()

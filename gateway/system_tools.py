@@ -14,7 +14,7 @@ from gateway.tools import ToolDef
 
 __all__ = ["SYSTEM_TOOLS", "SystemToolName", "SystemTools"]
 
-SystemToolName = Literal["get_current_time"]
+SystemToolName = Literal["get_current_time", "end_session"]
 
 SYSTEM_TOOLS: dict[str, ToolDef] = {
     "get_current_time": ToolDef(
@@ -38,7 +38,27 @@ SYSTEM_TOOLS: dict[str, ToolDef] = {
         },
         display_name="Current time",
         read_only=True,
-    )
+    ),
+    "end_session": ToolDef(
+        name="end_session",
+        description=(
+            "End the conversation politely, when the user says goodbye or it is over: say"
+            " your goodbye in the same answer. The session closes once that answer is done."
+        ),
+        kind="server",
+        input_schema={
+            "type": "object",
+            "properties": {"reason": {"type": "string", "description": "Why, in a few words."}},
+            "additionalProperties": False,
+        },
+        output_schema={
+            "type": "object",
+            "properties": {"ending": {"type": "boolean"}},
+            "required": ["ending"],
+        },
+        display_name="End the conversation",
+        ends_session=True,
+    ),
 }
 
 
@@ -74,6 +94,8 @@ class SystemTools:
         progress: ReportProgress,
         caller: Caller = NOBODY,
     ) -> Any:
+        if name == "end_session":
+            return {"ending": True}  # the session core ends the session after the response
         return current_time(self._clock(), caller.time_zone)
 
     async def aclose(self) -> None:

@@ -72,6 +72,9 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     (resolved with the agent file, ``Agent.confirm_rules``)."""
     widget: Widget | None = None
     """A client function answered by the user through this widget (``gateway.widget``)."""
+    ends_session: bool = False
+    """The system tool ``end_session``: once it completes, the session ends after the
+    response (``session.ended``)."""
 
 
 @dataclass(frozen=True, slots=True)
