@@ -10,13 +10,12 @@ follows the same rules.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from client_sdk.handler import call_handler
 from gateway.protocol import ConfirmItem, ToolConfirmation
 
 __all__ = [
@@ -72,13 +71,7 @@ async def ask(handler: ConfirmHandler | None, item: ConfirmItem) -> ToolConfirma
     if handler is None:
         return _decline(item, NO_HANDLER)
     try:
-        async with asyncio.timeout(max(0.0, item.timeout)):
-            if inspect.iscoroutinefunction(handler):
-                decision = await handler(item)
-            else:
-                decision = await asyncio.to_thread(handler, item)
-                if inspect.isawaitable(decision):  # a plain function that returned a coroutine
-                    decision = await decision
+        decision = await call_handler(handler, item, item.timeout)
     except TimeoutError:
         return _decline(item, OVERRAN)
     except Exception as exc:  # the handler's failure: never a reason to approve

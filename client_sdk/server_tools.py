@@ -8,13 +8,12 @@ mode behaves as in auto mode. ``client.py`` sends what ``decide`` returns; the J
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from client_sdk.handler import call_handler
 from gateway.protocol import ClientCall, ToolResult, ToolRun
 
 __all__ = ["RUN_ON_GATEWAY", "RunOnGateway", "ServerToolHandler", "decide"]
@@ -50,13 +49,7 @@ async def decide(handler: ServerToolHandler | None, call: ClientCall) -> ToolRes
     if handler is None:
         return ToolRun(call_id=call.call_id)
     try:
-        async with asyncio.timeout(max(0.0, call.timeout)):
-            if inspect.iscoroutinefunction(handler):
-                outcome = await handler(call)
-            else:
-                outcome = await asyncio.to_thread(handler, call)
-                if inspect.isawaitable(outcome):  # a plain function that returned a coroutine
-                    outcome = await outcome
+        outcome = await call_handler(handler, call, call.timeout)
         if isinstance(outcome, RunOnGateway):
             args = None if outcome.args is None else dict(outcome.args)
             return ToolRun(call_id=call.call_id, args=args)

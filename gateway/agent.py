@@ -183,19 +183,15 @@ def load_agent(
             found = _import_tool(entry.ref, path.parent)
             if not isinstance(found, ServerTool):
                 raise ConfigError(f"server tool {entry.ref!r}: not decorated with @tool")
-            confirming = ToolOptions(
+            options = ToolOptions(
+                timeout=entry.timeout,
+                delivery=entry.delivery,
+                scopes=entry.scopes,
                 confirm=entry.confirm,
                 confirm_prompt=entry.confirm_prompt,
                 confirm_rule=entry.confirm_rule,
             )
-            python_tools.append(
-                found.with_options(
-                    timeout=entry.timeout,
-                    delivery=entry.delivery,
-                    scopes=entry.scopes,
-                    options=confirming,
-                )
-            )
+            python_tools.append(found.with_options(options))
         client_defs = [
             ToolDef(
                 name=fn.name,

@@ -220,12 +220,7 @@ class Dispatcher:
         any) or fail it as declined; a bad answer gets an ``error`` and the call waits."""
         call = self.ledger.get(msg.call_id)
         if call is None or not (call.confirming or call.settled or call.dispatched):
-            self._out.error(
-                "unknown_call",
-                "no call waiting for confirmation with this id in this session",
-                in_reply_to=msg.id,
-                call_id=msg.call_id[:128],
-            )
+            self._unknown_call("call waiting for confirmation", msg.call_id, msg.id)
             return
         entry = self.tools.get(call.tool)
         if not call.confirming or entry is None:
@@ -287,12 +282,7 @@ class Dispatcher:
         the client's."""
         call = self.ledger.get(msg.call_id)
         if call is None or not call.manual:
-            self._out.error(
-                "unknown_call",
-                "no server-tool call offered to the client with this id in this session",
-                in_reply_to=msg.id,
-                call_id=msg.call_id[:128],
-            )
+            self._unknown_call("server-tool call offered to the client", msg.call_id, msg.id)
             return
         entry = self.tools.get(call.tool)
         if call.settled or call.kind == "server" or entry is None:
@@ -312,12 +302,7 @@ class Dispatcher:
         """Apply one entry of ``tool.results``; bad ones get an ``error``."""
         call = self.ledger.get(result.call_id)
         if call is None or call.kind != "client":
-            self._out.error(
-                "unknown_call",
-                "no client-function call with this id in this session",
-                in_reply_to=msg_id,
-                call_id=result.call_id[:128],
-            )
+            self._unknown_call("client-function call", result.call_id, msg_id)
             return
         mismatch = _echo_mismatch(result, call)
         if mismatch:
@@ -440,6 +425,15 @@ class Dispatcher:
         )
 
     # ----------------------------------------------------------------- helpers
+
+    def _unknown_call(self, what: str, call_id: str, msg_id: str | None) -> None:
+        """The ``unknown_call`` error for an answer naming no ``what`` of this session."""
+        self._out.error(
+            "unknown_call",
+            f"no {what} with this id in this session",
+            in_reply_to=msg_id,
+            call_id=call_id[:128],
+        )
 
     def _oversize(self, value: Any) -> int | None:
         """The bytes of JSON of ``value`` (an output, or an error's text) when over the cap."""

@@ -89,25 +89,10 @@ class ServerTool:
             result = await asyncio.to_thread(self.func, *call_args)
         return msgspec.to_builtins(result)
 
-    def with_options(
-        self,
-        *,
-        timeout: float | None = None,
-        delivery: Delivery | None = None,
-        scopes: list[str] | None = None,
-        options: ToolOptions | None = None,
-    ) -> ServerTool:
-        """The same tool with its timeout, delivery or scopes replaced (agent files may
-        tune them)."""
-        definition = self.definition
-        if timeout is not None:
-            definition = msgspec.structs.replace(definition, timeout=timeout)
-        if delivery is not None:
-            definition = msgspec.structs.replace(definition, delivery=delivery)
-        if scopes is not None:
-            definition = msgspec.structs.replace(definition, scopes=tuple(scopes))
-        definition = with_options(definition, options)
-        return dataclasses.replace(self, definition=definition)
+    def with_options(self, options: ToolOptions) -> ServerTool:
+        """The same tool with what the agent file sets for it (timeout, delivery, scopes,
+        confirmation) replacing what ``@tool`` said."""
+        return dataclasses.replace(self, definition=with_options(self.definition, options))
 
 
 def tool(

@@ -28,7 +28,6 @@ from tests.mcp_support import (
     SERVER_SCRIPT,
     HttpMcpServer,
     logged_calls,
-    poll_until,
     running_http_server,
     stdio_entry,
     wait_for_logged,
@@ -358,9 +357,11 @@ async def test_stdio_server_killed_during_and_between_calls(tmp_path: Path) -> N
         second_pid = (await backend.call("whoami", {}, ignore))["pid"]
         assert second_pid != first_pid
 
+        connection = backend._conn
+        assert connection is not None
         os.kill(second_pid, signal.SIGKILL)
         async with asyncio.timeout(10):  # else the call could race the death
-            await poll_until(lambda: not backend.connected)
+            await connection.lost.wait()
         assert await backend.call("echo", {"text": "after-2"}, ignore) == "after-2"
         assert (await backend.call("whoami", {}, ignore))["pid"] not in (first_pid, second_pid)
     calls = logged_calls(call_log)

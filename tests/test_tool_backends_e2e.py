@@ -23,7 +23,7 @@ from gateway.__main__ import _parser
 from gateway.mcp_tools import McpTools
 from gateway.protocol import ResponseDone, ToolStatus
 from gateway.tool_cli import run_tools_command
-from tests.mcp_support import SERVER_SCRIPT, poll_until
+from tests.mcp_support import SERVER_SCRIPT
 from tests.openapi_service import ShopState, openapi_service
 from tests.support import Gateway, say, serving, session, streamed_text
 
@@ -210,11 +210,12 @@ async def test_an_mcp_server_killed_mid_conversation_is_started_again(gateway: G
         backend = gateway.runtime.agent.toolbox.backend_of("calc_add")
         assert isinstance(backend, McpTools)
         connection = backend._conn
+        assert connection is not None
         os.kill(first["pid"], signal.SIGKILL)
         # Once the gateway has seen the server go (a call sent before that fails, not
         # retried: test_mcp_tools.py), the next call waits for it to be started again.
         async with asyncio.timeout(10):
-            await poll_until(lambda: backend._conn is not connection)
+            await connection.lost.wait()
         events = await say(conn, "please add 1 and 2")
         assert lifecycle(events) == [("calc_add", "running"), ("calc_add", "completed")]
         assert streamed_text(events) == "The sum is 3.0."
