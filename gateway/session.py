@@ -516,6 +516,8 @@ class Session:
     ) -> bool:
         """Whether a ``tool_choice``, ``max_steps`` and ``tools`` narrowing asked for can
         be honoured with ``tools``; if not, the client gets an ``error`` saying why."""
+        if choice in (None, "auto", "none") and max_steps is None and narrowed is None:
+            return True  # most messages ask for nothing: no list of every tool to build
         names = [d.name for d in tools.definitions()]
         offered = names if narrowed is None else [n for n in names if n in narrowed]
         problem = (
