@@ -20,6 +20,7 @@ from client_sdk.device import battery_level, nearest_store, settings_report
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError
 from gateway.protocol import (
+    AgentTransferred,
     Error,
     Outbound,
     ResponseCreated,
@@ -174,6 +175,9 @@ class Chat:
         match event:
             case SessionCreated(tools=tools) | SessionUpdated(tools=tools):
                 self.names.update({t.name: t.display_name for t in tools if t.display_name})
+            case AgentTransferred(agent=agent, tools=tools, reason=reason):
+                self.names.update({t.name: t.display_name for t in tools if t.display_name})
+                self.notice(f"  ⇄ now with the {agent} agent" + (f" ({reason})" if reason else ""))
             case ResponseCreated(response_id=response_id, call_id=call_id):
                 self.waiting = self.waiting and call_id is not None
                 self.running.add(response_id)

@@ -61,6 +61,7 @@ from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from gateway.protocol import (
     Ack,
+    AgentTransferred,
     ClientCall,
     ClientMsg,
     ConfirmItem,
@@ -187,6 +188,9 @@ class Conversation:
         """What the gateway has not confirmed yet: sent again after a resume."""
         self._since_ack = 0
         self.session: SessionCreated | None = None
+        self.agent: str | None = None
+        """The agent the session is with: ``session.created``'s, then another after each
+        ``agent.transferred``."""
         self.last_seq = 0
         self.reconnects = 0
 
@@ -499,12 +503,14 @@ class Conversation:
                 self._background.spawn(self._send(Ack(seq=self.last_seq)), "ack")
         match event:
             case SessionCreated():
-                self.session = event
+                self.session, self.agent = event, event.agent
                 if self._created is not None and not self._created.done():
                     self._created.set_result(event)
             case Error() if self.session is None and self._created is not None:
                 if not self._created.done():
                     self._created.set_exception(ServerError(event))
+            case AgentTransferred(agent=agent):
+                self.agent = agent
             case ToolCalls(calls=calls):
                 for call in calls:
                     self._run_call(call)
@@ -571,12 +577,13 @@ class Conversation:
         open_confirmations: list[ConfirmItem] = []
         answer, snapshot = resumed.answer, resumed.snapshot
         if isinstance(snapshot, SessionSnapshot):  # ``answer`` is the resume_gap error
-            self.last_seq = snapshot.last_seq
+            self.last_seq, self.agent = snapshot.last_seq, snapshot.agent or self.agent
             open_calls, open_confirmations = snapshot.open_calls, snapshot.open_confirmations
             self._deliver(answer)
             self._deliver(snapshot)  # pending say() iterators raise ResumeGap
         elif isinstance(answer, SessionResumed):
             open_calls, open_confirmations = answer.open_calls, answer.open_confirmations
+            self.agent = answer.agent or self.agent
             self._deliver(answer)
         else:  # not an answer to the resume: an event like any other
             for event in (answer, snapshot):

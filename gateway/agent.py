@@ -20,7 +20,7 @@ from gateway.protocol import Widget
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.server_tool import PythonTools, ServerTool
-from gateway.system_tools import SystemToolName, SystemTools
+from gateway.system_tools import SystemToolName, SystemTools, TransferTarget
 from gateway.tool_backend import (
     AgentToolEntry,
     McpServerEntry,
@@ -31,7 +31,7 @@ from gateway.tool_backend import (
 )
 from gateway.tools import ToolDef, ToolRegistry, default_display_name
 
-__all__ = ["DEMO_AGENT", "Agent", "load_agent"]
+__all__ = ["DEMO_AGENT", "Agent", "load_agent", "load_crew"]
 
 DEMO_AGENT = Path(__file__).parent / "demo" / "agent.toml"
 
@@ -69,6 +69,15 @@ class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """``module:function`` or ``file.py:function`` that may decide without asking."""
 
 
+class TransferEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An agent the conversation may be handed to (``transfer_to_agent``)."""
+
+    file: str
+    """Its agent file, relative to this one; the model knows it by that file's ``name``."""
+    description: Annotated[str, msgspec.Meta(min_length=1)]
+    """What the model reads: when to hand the user over to it."""
+
+
 _Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
@@ -87,7 +96,9 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     agent_tools: list[AgentToolEntry] = []
     """Other agents offered as tools (docs/tools.md)."""
     system_tools: list[SystemToolName] = []
-    """Built-in tools to offer, by name: ``get_current_time``."""
+    """Built-in tools to offer, by name: ``get_current_time``..."""
+    transfers: list[TransferEntry] = []
+    """The agents ``transfer_to_agent`` may hand the conversation to."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
@@ -108,6 +119,10 @@ class Agent:
     """Example prompts for chat pages, from the agent file (may be empty)."""
     confirm_rules: dict[str, ConfirmRule] = field(default_factory=dict)
     """The functions tools name in ``confirm_rule``, by that reference."""
+    source: Path | None = None
+    """The agent file it was loaded from (``None``: built in code)."""
+    transfers: dict[str, Path] = field(default_factory=dict)
+    """The agents ``transfer_to_agent`` may hand a session to: name -> agent file."""
 
     @property
     def tools(self) -> ToolRegistry:
@@ -177,6 +192,7 @@ def load_agent(
     """
     spec = load_toml(path, AgentFile)
     try:
+        transfers = _transfer_targets(spec, path)
         settings = _override(spec.model, model, base_url)
         python_tools: list[ServerTool] = []
         for entry in spec.server_tools:
@@ -211,7 +227,12 @@ def load_agent(
         toolbox = Toolbox(
             [
                 PythonTools(python_tools),
-                *_remote_backends(spec, path.parent, (*chain, path.resolve())),
+                *_remote_backends(
+                    spec,
+                    path.parent,
+                    (*chain, path.resolve()),
+                    [target for target, _ in transfers],
+                ),
             ],
             client_defs,
             confirm_mcp_writes=spec.confirm_mcp_writes,
@@ -229,7 +250,44 @@ def load_agent(
         provider=provider,
         model=settings.model if settings.provider != "scripted" else None,
         suggestions=tuple(spec.suggestions),
+        source=path.resolve(),
+        transfers={target.name: file for target, file in transfers},
     )
+
+
+def load_crew(main: Agent, *, pace: float | None = None) -> dict[str, Agent]:
+    """``main`` and every agent a session of it may be handed to, directly or through
+    others (each file loaded once: agents may hand back to one another), by name.
+
+    Raises:
+        ConfigError: one of their files is invalid, or two files name the same agent.
+    """
+    crew = {main.name: main}
+    waiting = [main]
+    while waiting:
+        for name, file in waiting.pop().transfers.items():
+            known = crew.get(name)
+            if known is None:
+                crew[name] = known = load_agent(file, pace=pace)
+                waiting.append(known)
+            if known.source != file:
+                raise ConfigError(f"{file}: the agent {name!r} is {known.source} already")
+    return crew
+
+
+def _transfer_targets(spec: AgentFile, path: Path) -> list[tuple[TransferTarget, Path]]:
+    """The agents ``[[transfers]]`` lists, each with its file (only their names are read
+    here: ``load_crew`` loads them)."""
+    targets: list[tuple[TransferTarget, Path]] = []
+    for entry in spec.transfers:
+        file = (path.parent / entry.file).resolve()
+        name = load_toml(file, AgentFile).name
+        if name == spec.name:
+            raise ConfigError(f"transfers: {entry.file} is this agent ({name!r})")
+        if any(target.name == name for target, _ in targets):
+            raise ConfigError(f"transfers: {name!r} is listed twice")
+        targets.append((TransferTarget(name, entry.description), file))
+    return targets
 
 
 def _confirm_rules(spec: AgentFile, toolbox: Toolbox, base_dir: Path) -> dict[str, ConfirmRule]:
@@ -248,8 +306,14 @@ def _confirm_rules(spec: AgentFile, toolbox: Toolbox, base_dir: Path) -> dict[st
     return rules
 
 
-def _remote_backends(spec: AgentFile, base_dir: Path, chain: tuple[Path, ...]) -> list[ToolBackend]:
-    """The MCP servers, OpenAPI documents and other agents the file names, not started."""
+def _remote_backends(
+    spec: AgentFile,
+    base_dir: Path,
+    chain: tuple[Path, ...],
+    transfers: list[TransferTarget],
+) -> list[ToolBackend]:
+    """The MCP servers, OpenAPI documents, system tools and other agents the file names,
+    not started."""
     backends: list[ToolBackend] = []
     if spec.mcp_servers:
         from gateway.mcp_tools import McpTools  # the MCP SDK is loaded only when used
@@ -259,8 +323,8 @@ def _remote_backends(spec: AgentFile, base_dir: Path, chain: tuple[Path, ...]) -
         from gateway.openapi_tools import OpenApiTools
 
         backends += [OpenApiTools(entry, base_dir) for entry in spec.openapi]
-    if spec.system_tools:
-        backends.append(SystemTools(spec.system_tools))
+    if spec.system_tools or transfers:
+        backends.append(SystemTools(spec.system_tools, transfers=transfers))
     if spec.agent_tools:
         from gateway.agent_tools import AgentTools
 

@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 
 from gateway import __version__
 from gateway.admission import AddressCounter, SessionQuota, proxy_networks
-from gateway.agent import DEMO_AGENT, Agent, load_agent
+from gateway.agent import DEMO_AGENT, Agent, load_agent, load_crew
 from gateway.auth import Authenticator
 from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.body import BodyTooLarge, body_too_large, read_body
@@ -39,10 +39,10 @@ from gateway.observe import LogObserver
 from gateway.origin import OriginGuard, OriginPolicy
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume, decode_server
-from gateway.providers.base import ReportsRetries
+from gateway.providers.base import Provider, ReportsRetries
 from gateway.schema_guard import SchemaGuard, SchemaLimits
 from gateway.schema_worker import SchemaWorker
-from gateway.session import Session, SessionSettings
+from gateway.session import AgentProfile, Session, SessionSettings
 from gateway.state import decode_items, decode_state
 from gateway.store import Lease, MemoryStore, SessionRecord, Store, store_from_config
 from gateway.transport import realtime_endpoint
@@ -116,8 +116,11 @@ class Runtime:
     """What every session of this gateway shares: config, agent, store, live sessions."""
 
     def __init__(self, config: Config, agent: Agent, store: Store | None = None) -> None:
+        """Raises ``ConfigError``: an agent ``agent`` may hand sessions to is invalid."""
         self.config = config
         self.agent = agent
+        self.agents = load_crew(agent, pace=config.scripted_pace)
+        """``agent`` and every agent its sessions may be handed to, by name."""
         self.store: Store = store or store_from_config(config)
         self.durable = not isinstance(self.store, MemoryStore)
         """Sessions are saved whole and may move between nodes (a shared store: Redis)."""
@@ -137,9 +140,8 @@ class Runtime:
         )
         self.metrics = Metrics()
         """This gateway's Prometheus metrics (``GET /metrics``), on a registry of its own."""
-        provider = agent.provider
-        if isinstance(provider, ReportsRetries):
-            provider.on_retry = lambda reason: self.metrics.note_retry(provider.name, reason)
+        for member in self.agents.values():
+            self._count_retries(member.provider)
         self.schema_guard = SchemaGuard(
             SchemaLimits(
                 max_size=config.tool_schema_max_size,
@@ -162,6 +164,10 @@ class Runtime:
             max_total=config.max_sessions, max_per_principal=config.max_sessions_per_principal
         )
         """Sessions held, live or waiting for a resume, in total and per principal."""
+
+    def _count_retries(self, provider: Provider) -> None:
+        if isinstance(provider, ReportsRetries):
+            provider.on_retry = lambda reason: self.metrics.note_retry(provider.name, reason)
 
     def note_refusal(self, label: str) -> None:
         """Count a refused WebSocket connection under ``label`` (``no_token``...)."""
@@ -238,6 +244,7 @@ class Runtime:
             model_supports_tools=self.agent.provider.capabilities.tools,
             model_supports_tool_choice=self.agent.provider.capabilities.tool_choice,
             confirm_rules=self.agent.confirm_rules,
+            agents=self._profile,
             limits=Limits(
                 max_message_chars=config.max_message_chars,
                 max_queued_messages=config.max_queued_messages,
@@ -252,6 +259,20 @@ class Runtime:
             principal=principal,
             schema_guard=self.schema_guard,
             max_history_chars=config.max_history_chars,
+        )
+
+    def _profile(self, name: str) -> AgentProfile | None:
+        """What a session handed to the agent ``name`` takes from it (its tools now)."""
+        agent = self.agents.get(name)
+        if agent is None:
+            return None
+        return AgentProfile(
+            agent=agent.name,
+            instructions=agent.instructions,
+            tools=agent.tools,
+            model_supports_tools=agent.provider.capabilities.tools,
+            model_supports_tool_choice=agent.provider.capabilities.tool_choice,
+            confirm_rules=agent.confirm_rules,
         )
 
     async def _new_session(self, principal: Principal) -> Driver:
@@ -287,6 +308,7 @@ class Runtime:
             session,
             provider=self.agent.provider,
             tools=self.agent.toolbox,
+            agents=self.agents,
             store=self.store,
             session_ttl=self.config.session_ttl,
             observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
@@ -440,7 +462,15 @@ class Runtime:
         Raises:
             ConfigError: one that is not optional cannot start (see ``Agent.start``).
         """
-        await self.agent.start()
+        started: list[Agent] = []
+        try:
+            for agent in self.agents.values():
+                await agent.start()
+                started.append(agent)
+        except BaseException:
+            for agent in started:
+                await agent.aclose()
+            raise
 
     async def aclose(self) -> None:
         """Stop this node's background work, close the store and the tool backends (after
@@ -452,7 +482,8 @@ class Runtime:
         await asyncio.gather(*runs, return_exceptions=True)
         self._background = []
         await self.store.aclose()
-        await self.agent.aclose()
+        for agent in self.agents.values():
+            await agent.aclose()
 
     async def _run(self, driver: Driver, principal: str) -> None:
         # Bound for the rest of this task, which runs in a context of its own.
@@ -507,7 +538,8 @@ class Runtime:
                 await asyncio.gather(*closing)
         except TimeoutError:
             log.warning("shutdown_sockets_not_closed")
-        await self.agent.provider.aclose()
+        for agent in self.agents.values():
+            await agent.provider.aclose()
         log.info("shutdown_finished", sessions=len(stopped))
 
 
@@ -580,10 +612,22 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
+    def agent_asked(request: Request) -> Agent | None:
+        """The agent ``?agent=`` names (one a session may be handed to), else the
+        gateway's own; ``None`` for a name it does not have."""
+        name = request.query_params.get("agent")
+        return runtime.agent if name is None else runtime.agents.get(name)
+
+    def no_such_agent(request: Request) -> JSONResponse:
+        name = request.query_params.get("agent", "")[:64]
+        return JSONResponse({"error": f"no agent {name!r} on this gateway"}, status_code=404)
+
     async def list_tools(request: Request) -> JSONResponse:
         if (refused := guard_bearer(runtime, request)) is not None:
             return refused
-        return JSONResponse(describe_tools(runtime.agent))
+        if (agent := agent_asked(request)) is None:
+            return no_such_agent(request)
+        return JSONResponse(describe_tools(agent))
 
     async def describe(request: Request) -> JSONResponse:
         if (refused := guard_bearer(runtime, request)) is not None:
@@ -593,8 +637,10 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     async def test_tool(request: Request) -> JSONResponse:
         if (refused := guard_tool_test(runtime, request)) is not None:
             return refused
+        if (agent := agent_asked(request)) is None:
+            return no_such_agent(request)
         status, answer = await run_tool_alone(
-            runtime.agent,
+            agent,
             request.path_params["name"],
             await read_body(request, config.max_body_size),
             config.server_tool_timeout,

@@ -69,8 +69,10 @@ class Dispatcher:
         confirm_rules: Mapping[str, ConfirmRule] | None = None,
     ) -> None:
         self.tools = tools
-        self._confirm_rules = confirm_rules or {}
+        self.confirm_rules = confirm_rules or {}
         """The rules ``confirm_rule`` names (``gateway.confirm``), by reference."""
+        self.agent = ""
+        """The agent whose server tools run (after a transfer, not the gateway's own)."""
         self._principal = principal
         """Whom the calls run for: the scopes a tool requires are checked against theirs."""
         self.ledger = Ledger()
@@ -166,7 +168,7 @@ class Dispatcher:
             return None
         definition = entry.definition
         if definition.confirm:
-            rule = self._confirm_rules.get(definition.confirm_rule or "")
+            rule = self.confirm_rules.get(definition.confirm_rule or "")
             decision = decide(rule, call.tool, call.args, self._principal)
             if isinstance(decision, Deny):
                 error = f"declined: {decision.reason}"
@@ -272,7 +274,11 @@ class Dispatcher:
         self._out.send(_status(call))
         self._out.do(
             RunTool(
-                call_id=call.call_id, tool=call.tool, args=call.args, response_id=call.response_id
+                call_id=call.call_id,
+                tool=call.tool,
+                args=call.args,
+                response_id=call.response_id,
+                agent=self.agent,
             )
         )
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import msgspec
 import structlog
@@ -85,7 +85,7 @@ from gateway.store import Lease, LeaseLost, MemoryStore, Store
 from gateway.text import SurrogatePairer, uncarriable
 from gateway.tool_backend import Caller, Toolbox, failure_code, tool_failure
 
-__all__ = ["Driver"]
+__all__ = ["Crewmate", "Driver"]
 
 log = structlog.get_logger("gateway.driver")
 
@@ -109,6 +109,16 @@ burst's first delta reaches the client 8 ms after the request, 25 ms without."""
 
 _POSTING: set[asyncio.Task[None]] = set()
 """Posts of tool outcomes in flight (a task needs a reference until it is done)."""
+
+
+class Crewmate(Protocol):
+    """Another agent a session may be handed to: its model and its tools."""
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def toolbox(self) -> Toolbox: ...
 
 
 class _Attach(msgspec.Struct, frozen=True):
@@ -261,6 +271,9 @@ class Driver:
         session: the pure core to drive.
         provider: the model.
         tools: runs the session's server tools, whatever their backend.
+        agents: the model and tools of each agent the session may be handed to
+            (``transfer_to_agent``), by name; effects naming none of them take
+            ``provider`` and ``tools``.
         store: the event log and call ledger.
         session_ttl: seconds the session waits for a resume once detached.
         clock: wall-clock seconds; deadlines on the wire are Unix times.
@@ -294,6 +307,7 @@ class Driver:
         "_loop",
         "_model_backlog",
         "_observers",
+        "_others",
         "_parked",
         "_pending",
         "_provider",
@@ -323,6 +337,7 @@ class Driver:
         *,
         provider: Provider,
         tools: Toolbox,
+        agents: Mapping[str, Crewmate] | None = None,
         store: Store,
         session_ttl: float,
         clock: Callable[[], float] = time.time,
@@ -334,6 +349,7 @@ class Driver:
         self.session = session
         self._provider = provider
         self._toolbox = tools
+        self._others = agents or {}
         self._store = store
         self._ttl = session_ttl
         self._clock = clock
@@ -941,6 +957,7 @@ class Driver:
             session_id=self.session_id,
             replayed_from=last_seq + 1,
             last_seq=head,
+            agent=self.session.agent,
             open_calls=self.session.open_client_calls(now),
             open_confirmations=self.session.open_confirmations(now),
         )
@@ -987,17 +1004,19 @@ class Driver:
         """Feed the model's events for one step to the core. Nothing the model sends
         may end the session: whatever fails here fails the step, and so the response."""
         step_id = effect.step_id
+        other = self._others.get(effect.agent)
+        provider = self._provider if other is None else other.provider
         try:
             played = None
-            if _pushes(type(self._provider)):
+            if _pushes(type(provider)):
                 step = _PushedStep(self, step_id, effect.response_id)
-                pushing = cast(Pushes, self._provider)
+                pushing = cast(Pushes, provider)
                 played = pushing.push(effect.request, step.take, self._model_backlog)
             if played is not None:
                 await played
                 finished = step.finished or step.failed
             else:
-                finished = await self._pull_model(effect)
+                finished = await self._pull_model(effect, provider)
         except ProviderError as exc:
             log.warning("model_failed", response_id=effect.response_id, error=str(exc))
             self.feed(ModelFailed(step_id, f"the model failed: {exc}", retryable=exc.retryable))
@@ -1009,14 +1028,14 @@ class Driver:
         if not finished:
             self.feed(ModelFailed(step_id, "the model stream ended before it finished"))
 
-    async def _pull_model(self, effect: CallModel) -> bool:
+    async def _pull_model(self, effect: CallModel, provider: Provider) -> bool:
         """``_stream_model`` for a model that streams: ``False`` when its stream ended
         before it finished (``True`` too when the step failed: it is over)."""
         step_id = effect.step_id
         fed = burst = 0
         seen_round = -1
         pairer = SurrogatePairer()  # an emoji cut in two by the server must not end anything
-        async for received in self._provider.stream(effect.request):
+        async for received in provider.stream(effect.request):
             if (
                 type(received) is ModelText
                 and not pairer.held
@@ -1071,8 +1090,10 @@ class Driver:
         progress = Progress(
             lambda payload: self._report(ToolProgress(call_id=call_id, payload=payload))
         )
+        other = self._others.get(effect.agent)
+        toolbox = self._toolbox if other is None else other.toolbox
         try:
-            output = await self._toolbox.call(
+            output = await toolbox.call(
                 effect.tool,
                 effect.args,
                 progress,

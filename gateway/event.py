@@ -107,6 +107,8 @@ class CallModel(msgspec.Struct, frozen=True):
     step_id: str
     response_id: str
     request: ModelRequest
+    agent: str = ""
+    """Whose model: the session's agent at the time (``""``: the gateway's own)."""
 
 
 class CancelModel(msgspec.Struct, frozen=True):
@@ -122,6 +124,8 @@ class RunTool(msgspec.Struct, frozen=True, kw_only=True):
     tool: str
     args: dict[str, Any]
     response_id: str
+    agent: str = ""
+    """Whose tool: the session's agent at the time (``""``: the gateway's own)."""
 
 
 class CancelTool(msgspec.Struct, frozen=True):

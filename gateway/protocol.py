@@ -18,6 +18,7 @@ __all__ = [
     "SUBPROTOCOL",
     "TOKEN_SUBPROTOCOL_PREFIX",
     "Ack",
+    "AgentTransferred",
     "CallStatus",
     "ClientCall",
     "ClientMsg",
@@ -381,6 +382,8 @@ class SessionResumed(ServerMsg, tag="session.resumed"):
     """The first ``seq`` replayed (``last_seq`` + 1)."""
     last_seq: int
     """The session's newest ``seq``; the replay ends with it."""
+    agent: str | None = None
+    """The agent the session is with now (another after ``agent.transferred``)."""
     open_calls: list[ClientCall] = []
     """Client-function calls still waiting for a result; answer them (once) if not done."""
     open_confirmations: list[ConfirmItem] = []
@@ -400,6 +403,8 @@ class SessionSnapshot(ServerMsg, tag="session.snapshot"):
 
     session_id: str
     last_seq: int
+    agent: str | None = None
+    """The agent the session is with now."""
     transcript: list[TranscriptEntry] = []
     open_calls: list[ClientCall] = []
     open_confirmations: list[ConfirmItem] = []
@@ -410,6 +415,22 @@ class SessionEnded(ServerMsg, tag="session.ended"):
     socket then closes with 1000 and the reason ``session ended``."""
 
     reason: str
+
+
+class AgentTransferred(ServerMsg, tag="agent.transferred"):
+    """The agent handed the conversation to another (its ``transfer_to_agent`` tool): the
+    new agent answers from the next model step on, with the history kept, its own
+    instructions, model and tools, and the client's functions."""
+
+    agent: str
+    """The agent the session is with now."""
+    previous_agent: str
+    tools: list[ToolInfo] = []
+    """The session's tools now (the new agent's and the client's functions)."""
+    reason: str | None = None
+    """Why, in the previous agent's words."""
+    response_id: str | None = None
+    """The response in which it happened (the new agent goes on with it)."""
 
 
 class ResponseCreated(ServerMsg, tag="response.created"):
@@ -540,6 +561,7 @@ Outbound = (
     | SessionResumed
     | SessionSnapshot
     | SessionEnded
+    | AgentTransferred
     | ResponseCreated
     | ResponseRetrying
     | TextDelta

@@ -48,6 +48,7 @@ from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import (
     PROTOCOL_VERSION,
     Ack,
+    AgentTransferred,
     ClientCall,
     ConfirmItem,
     DecodeFailure,
@@ -97,9 +98,21 @@ from gateway.transcript import (
     UserTurn,
 )
 
-__all__ = ["Session", "SessionSettings"]
+__all__ = ["AgentProfile", "Session", "SessionSettings"]
 
 _REMEMBERED_MESSAGE_IDS = 1_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentProfile:
+    """What a session takes from an agent it is handed to (``transfer_to_agent``)."""
+
+    agent: str
+    instructions: str
+    tools: ToolRegistry
+    model_supports_tools: bool = True
+    model_supports_tool_choice: bool = True
+    confirm_rules: Mapping[str, ConfirmRule] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +137,20 @@ class SessionSettings:
     """The model honours ``tool_choice`` (``gateway.tool_choice``)."""
     confirm_rules: Mapping[str, ConfirmRule] = dataclasses.field(default_factory=dict)
     """The rules tools name in ``confirm_rule`` (``gateway.confirm``), by reference."""
+    agents: Callable[[str], AgentProfile | None] = lambda _: None
+    """The agents a session may be handed to, by name (their tools as they are now)."""
+
+    def switched(self, profile: AgentProfile) -> SessionSettings:
+        """These settings with ``profile``'s agent in place of this one."""
+        return dataclasses.replace(
+            self,
+            agent=profile.agent,
+            instructions=profile.instructions,
+            tools=profile.tools,
+            model_supports_tools=profile.model_supports_tools,
+            model_supports_tool_choice=profile.model_supports_tool_choice,
+            confirm_rules=profile.confirm_rules,
+        )
 
 
 class Session:
@@ -143,6 +170,8 @@ class Session:
         """What the client sent in ``session.start``; kept for the application."""
         self._settings = settings
         self._instructions = settings.instructions
+        self._client_instructions: str | None = None
+        """What the client added to the agent's instructions (kept across transfers)."""
         self._new_id = new_id
         self._phase = Phase.NEW
         self._out = Outbox()
@@ -156,6 +185,7 @@ class Session:
             principal=settings.principal,
             confirm_rules=settings.confirm_rules,
         )
+        self._calls.agent = settings.agent
         self._history = History(settings.max_history_chars)
         self._notes: list[PendingNote] = []
         self._queue: list[UserMessage] = []  # a few (max_queued_messages); a deque is 760 B
@@ -184,16 +214,24 @@ class Session:
         """Carry on a session from its ``state()``, in this process or another.
 
         The session belongs to the principal the state names (``settings.principal`` is
-        replaced by it); the agent's tools and the limits come from ``settings``.
+        replaced by it); the agent's tools and the limits come from ``settings`` (from
+        ``settings.agents`` when the session was handed to another agent).
 
         Raises:
             ConfigError: the state's client functions do not pass this gateway's schema
-                limits (they changed since the session declared them).
+                limits (they changed since the session declared them), or its agent is not
+                one this gateway has.
         """
         settings = dataclasses.replace(settings, principal=state.principal)
+        if state.agent is not None and state.agent != settings.agent:
+            profile = settings.agents(state.agent)
+            if profile is None:
+                raise ConfigError(f"agent {state.agent!r}: not one this gateway has")
+            settings = settings.switched(profile)
         session = cls(settings, session_id=state.session_id, resume_token="", new_id=new_id)
         session._phase = state.phase
         session._instructions = state.instructions
+        session._client_instructions = state.client_instructions
         session.metadata = state.metadata
         session._client_specs = state.client_functions
         session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
@@ -226,6 +264,8 @@ class Session:
             phase=self._phase,
             principal=self._settings.principal,
             instructions=self._instructions,
+            client_instructions=self._client_instructions,
+            agent=self._settings.agent,
             client_functions=self._client_specs,
             metadata=self.metadata,
             seq=self._out.seq,
@@ -253,6 +293,11 @@ class Session:
     def ended_by_agent(self) -> bool:
         """The session is over because the agent ended it (``session.ended`` was sent)."""
         return self._phase is Phase.CLOSED and self._ending is not None
+
+    @property
+    def agent(self) -> str:
+        """The agent the session is with (another after ``transfer_to_agent``)."""
+        return self._settings.agent
 
     @property
     def principal(self) -> Principal:
@@ -326,7 +371,10 @@ class Session:
             case ModelFailed():
                 self._on_model_failed(event)
             case ToolFinished():
+                event, transferred = self._hand_over_if_asked(event)
                 completion = self._calls.tool_finished(event)
+                if transferred is not None:
+                    self._out.send(transferred)
                 self._note_ending(event.call_id)
                 if completion is not None:
                     self._deliver(completion)
@@ -440,6 +488,7 @@ class Session:
         return SessionSnapshot(
             session_id=self.session_id,
             last_seq=self._out.seq,
+            agent=self._settings.agent,
             transcript=transcript,
             open_calls=self.open_client_calls(now),
             open_confirmations=self.open_confirmations(now),
@@ -470,7 +519,8 @@ class Session:
         self.time_zone = msg.time_zone
         tools = self._calls.tools
         if msg.instructions:
-            self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
+            self._client_instructions = msg.instructions
+            self._instructions = _joined(self._settings.instructions, msg.instructions)
         self._phase = Phase.OPEN
         self.metadata = msg.metadata
         self._out.send(
@@ -503,7 +553,8 @@ class Session:
         if msg.tool_mode is not None:
             self._tool_mode = msg.tool_mode
         if msg.instructions is not None:
-            self._instructions = f"{self._settings.instructions}\n\n{msg.instructions}".strip()
+            self._client_instructions = msg.instructions
+            self._instructions = _joined(self._settings.instructions, msg.instructions)
         self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
 
     def _choice_fits(
@@ -543,8 +594,7 @@ class Session:
         A client may declare a function the agent already declares as a client
         function: it says it implements it, and the agent's declaration stands.
         """
-        specs = self._own(specs)
-        if not self._allowed(specs, msg_id):
+        if not self._allowed(self._own(specs), msg_id):
             return None
         try:
             tools = self._registry(specs)
@@ -558,12 +608,14 @@ class Session:
             return None
         return tools, specs
 
-    def _registry(self, own_specs: list[ToolSpec]) -> ToolRegistry:
-        """The agent's tools plus the client's own functions.
+    def _registry(self, specs: list[ToolSpec]) -> ToolRegistry:
+        """The agent's tools plus the client's own functions among ``specs`` (kept whole:
+        after a transfer, another agent may not declare the same client functions).
 
         Raises:
             ConfigError: a client function is invalid (its name, its schemas).
         """
+        allowed = self._settings.principal.client_functions
         client_defs = [
             ToolDef(
                 name=spec.name,
@@ -575,7 +627,8 @@ class Session:
                 timeout=spec.timeout,
                 widget=spec.widget,
             )
-            for spec in own_specs
+            for spec in self._own(specs)
+            if allowed is None or spec.name in allowed  # after a transfer: see _allowed
         ]
         return self._settings.tools.extended(client_defs, self._settings.schema_guard)
 
@@ -723,7 +776,9 @@ class Session:
                 offered=[t.name for t in tools],
             ),
         )
-        self._out.do(CallModel(response.step_id, response.response_id, request))
+        self._out.do(
+            CallModel(response.step_id, response.response_id, request, self._settings.agent)
+        )
 
     def _end_response(self, status: ResponseStatus, *, start_next: bool = True) -> None:
         response = self._response
@@ -743,6 +798,44 @@ class Session:
             return
         if start_next:
             self._start_next()
+
+    def _hand_over_if_asked(
+        self, event: ToolFinished
+    ) -> tuple[ToolFinished, AgentTransferred | None]:
+        """A ``transfer_to_agent`` call that returned: the session switches to the agent it
+        names now, so the response's next step is that agent's. The event to settle the
+        call with (failed, saying why, if the switch cannot be), and the one to send."""
+        call = self._calls.ledger.get(event.call_id)
+        if call is None or call.settled or event.error is not None:
+            return event, None
+        entry = self._calls.tools.get(call.tool)
+        if entry is None or not entry.definition.transfers:
+            return event, None
+        name = call.args.get("agent")
+        profile = self._settings.agents(name) if isinstance(name, str) else None
+        if profile is None or profile.agent == self._settings.agent:
+            return ToolFinished(call_id=call.call_id, error=f"no agent {name!r} to go to"), None
+        previous, self._settings = self._settings, self._settings.switched(profile)
+        try:
+            tools = self._registry(self._client_specs)
+        except ConfigError as exc:  # a client function clashes with one of its tools
+            self._settings = previous
+            return ToolFinished(call_id=call.call_id, error=f"cannot transfer: {exc}"), None
+        if len(tools) and not profile.model_supports_tools:
+            self._settings = previous
+            error = f"cannot transfer: the model of {name!r} cannot call tools"
+            return ToolFinished(call_id=call.call_id, error=error), None
+        self._calls.tools, self._calls.confirm_rules = tools, profile.confirm_rules
+        self._calls.agent = profile.agent
+        self._instructions = _joined(profile.instructions, self._client_instructions)
+        reason = call.args.get("reason")
+        return event, AgentTransferred(
+            agent=profile.agent,
+            previous_agent=previous.agent,
+            tools=_tool_infos(tools),
+            reason=reason if isinstance(reason, str) and reason else None,
+            response_id=call.response_id,
+        )
 
     def _note_ending(self, call_id: str) -> None:
         """A completed ``end_session`` call: the session ends after this response."""
@@ -932,6 +1025,11 @@ class Session:
             if call.settled:
                 call.slim()
         response.calls = []
+
+
+def _joined(instructions: str, added: str | None) -> str:
+    """An agent's instructions with what the client added to them."""
+    return f"{instructions}\n\n{added}".strip() if added else instructions
 
 
 def _tool_infos(tools: ToolRegistry) -> list[ToolInfo]:

@@ -119,6 +119,10 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The user's time zone, from ``session.start``."""
     ending: str | None = None
     """Why the agent ends the session once the running response is done."""
+    agent: str | None = None
+    """The agent the session is with (``None``: the gateway's own, in older states)."""
+    client_instructions: str | None = None
+    """What the client added to the agent's instructions (``instructions`` has both)."""
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,20 +1,30 @@
 """Built-in tools an agent enables by name (``system_tools`` in an agent file), as a
-``ToolBackend``: ``get_current_time`` tells the time in the client's time zone, when the
-client sent one in ``session.start`` (``time_zone``), else in UTC."""
+``ToolBackend``:
+
+- ``get_current_time`` tells the time in the client's time zone, when the client sent one
+  in ``session.start`` (``time_zone``), else in UTC;
+- ``end_session`` ends the session once the agent's answer is done (the session core
+  does it when the call completes: ``ToolDef.ends_session``);
+- ``transfer_to_agent`` hands the conversation to one of the agents the file lists in
+  ``[[transfers]]`` (the session core switches when the call completes:
+  ``ToolDef.transfers``).
+"""
 
 from __future__ import annotations
 
 import datetime
 import zoneinfo
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.errors import ConfigError
 from gateway.tool_backend import NOBODY, BackendKind, Caller, ReportProgress
 from gateway.tools import ToolDef
 
-__all__ = ["SYSTEM_TOOLS", "SystemToolName", "SystemTools"]
+__all__ = ["SYSTEM_TOOLS", "SystemToolName", "SystemTools", "TransferTarget", "transfer_tool"]
 
-SystemToolName = Literal["get_current_time", "end_session"]
+SystemToolName = Literal["get_current_time", "end_session", "transfer_to_agent"]
 
 SYSTEM_TOOLS: dict[str, ToolDef] = {
     "get_current_time": ToolDef(
@@ -62,8 +72,51 @@ SYSTEM_TOOLS: dict[str, ToolDef] = {
 }
 
 
+@dataclass(frozen=True)
+class TransferTarget:
+    """An agent the conversation may be handed to, as the model is told of it."""
+
+    name: str
+    description: str
+
+
+def transfer_tool(targets: Sequence[TransferTarget]) -> ToolDef:
+    """``transfer_to_agent``, offering ``targets`` (by name, with what each is for)."""
+    listed = "\n".join(f"- {t.name}: {t.description}" for t in targets)
+    return ToolDef(
+        name="transfer_to_agent",
+        description=(
+            "Hand the conversation over to another agent when the user needs what it does"
+            " and you do not. It answers from then on, with the conversation so far. The"
+            f" agents:\n{listed}"
+        ),
+        kind="server",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [t.name for t in targets]},
+                "reason": {"type": "string", "description": "Why, in a few words."},
+            },
+            "required": ["agent"],
+            "additionalProperties": False,
+        },
+        output_schema={
+            "type": "object",
+            "properties": {"agent": {"type": "string"}},
+            "required": ["agent"],
+        },
+        display_name="Transfer",
+        transfers=True,
+    )
+
+
 class SystemTools:
-    """The system tools an agent enables, as one backend (``system``)."""
+    """The system tools an agent enables, as one backend (``system``).
+
+    Raises:
+        ConfigError: ``transfer_to_agent`` is asked for with no ``targets``, or ``targets``
+            are given without it.
+    """
 
     name = "system"
     kind: BackendKind = "system"
@@ -74,8 +127,17 @@ class SystemTools:
         self,
         names: Sequence[SystemToolName],
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        transfers: Sequence[TransferTarget] = (),
     ) -> None:
-        self._definitions = [SYSTEM_TOOLS[name] for name in dict.fromkeys(names)]
+        if ("transfer_to_agent" in names) != bool(transfers):
+            raise ConfigError(
+                "transfer_to_agent in system_tools and [[transfers]] go together: the tool"
+                " offers the agents [[transfers]] lists"
+            )
+        self._definitions = [
+            transfer_tool(transfers) if name == "transfer_to_agent" else SYSTEM_TOOLS[name]
+            for name in dict.fromkeys(names)
+        ]
         self._clock = clock
 
     async def start(self) -> None:
@@ -96,6 +158,8 @@ class SystemTools:
     ) -> Any:
         if name == "end_session":
             return {"ending": True}  # the session core ends the session after the response
+        if name == "transfer_to_agent":
+            return {"agent": args["agent"]}  # the session core switches when it completes
         return current_time(self._clock(), caller.time_zone)
 
     async def aclose(self) -> None:

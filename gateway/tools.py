@@ -75,6 +75,9 @@ class ToolDef(msgspec.Struct, frozen=True, kw_only=True):
     ends_session: bool = False
     """The system tool ``end_session``: once it completes, the session ends after the
     response (``session.ended``)."""
+    transfers: bool = False
+    """The system tool ``transfer_to_agent``: once it completes, the session goes on with
+    the agent named in its ``agent`` argument (``agent.transferred``)."""
 
 
 @dataclass(frozen=True, slots=True)

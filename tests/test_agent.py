@@ -58,6 +58,7 @@ def test_demo_agent_has_the_promised_tools():
         "get_battery_level": "client",
         "get_nearest_store": "client",
         "choose_pickup_store": "client",
+        "transfer_to_agent": "server",
     }
     order = agent.tools.get("check_order_status")
     assert order is not None

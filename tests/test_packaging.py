@@ -24,6 +24,8 @@ SHIPPED = {
     "client_sdk/js/protocol.schema.json",
     "gateway/demo/agent.toml",
     "gateway/demo/scenario.toml",
+    "gateway/demo/billing.toml",
+    "gateway/demo/billing_scenario.toml",
 }
 
 # Serves the app from wherever ``gateway`` is imported, on a port the kernel picks.

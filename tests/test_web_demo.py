@@ -152,7 +152,7 @@ async def test_with_auth_on_the_page_connects_with_a_token_from_its_url():
         async with open_page(gateway, "test_with_auth_on_the_page", path=path) as page:
             assert "token" not in page.url  # removed from the address bar at once
             await expect(page.locator('.tool[data-tool="check_stock"]')).to_be_visible()
-            await expect(page.locator(".suggestion")).to_have_count(7)  # GET /v1/agent, token
+            await expect(page.locator(".suggestion")).to_have_count(8)  # GET /v1/agent, token
             await send(page, "hello")
             await expect(last_answer(page)).to_contain_text(GREETING)
             (driver,) = gateway.runtime.drivers.values()

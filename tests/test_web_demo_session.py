@@ -83,6 +83,32 @@ async def test_a_reload_after_the_session_ended_starts_a_new_one(demo: Gateway):
         assert new != driver.session_id
 
 
+async def test_the_demo_hands_a_bill_to_the_billing_desk_and_a_reload_keeps_it(demo: Gateway):
+    async with open_page(demo, "test_the_demo_hands_a_bill_to_the_billing_desk") as page:
+        answer = await answered(page, "I have a question about my bill")
+        await expect(answer).to_contain_text("Let me hand you over to our billing desk.")
+        await expect(answer.locator('.msg-transfer[data-agent="billing"]')).to_contain_text(
+            "Now with the billing agent (a billing question)"
+        )
+        await expect(answer).to_contain_text("Billing desk here")
+        await expect(page.locator("#agent-name")).to_have_text("the billing agent")
+        answer = await answered(page, "show my last invoice")  # the billing desk's own tool
+        await expect(answer).to_contain_text("Your last invoice, INV-2041, was $39.00, paid")
+        tool = page.locator('.tool[data-tool="get_last_invoice"]')  # its tools, in the panel
+        await tool.locator("button.tool-run").click()
+        await expect(tool.locator(".tool-output")).to_have_attribute("data-ok", "true")
+        await expect(tool.locator(".tool-output")).to_contain_text("INV-2041")
+        await expect(page.locator('.tool[data-tool="check_stock"]')).to_have_count(0)
+        await page.reload()
+        await expect(page.locator("#messages")).to_contain_text("restored after the reload")
+        await expect(page.locator("#agent-name")).to_have_text("the billing agent")
+        answer = await answered(page, "back to the shop please")
+        await expect(answer.locator('.msg-transfer[data-agent="demo"]')).to_have_count(1)
+        await expect(answer).to_contain_text("Shop assistant here again.")
+        await expect(page.locator("#agent-name")).to_have_text("the demo agent")
+        await expect(page.locator('.tool[data-tool="check_stock"]')).to_have_count(1)
+
+
 # ---- The agent: suggestions, provider and model -----------------------------------------------
 
 

@@ -587,6 +587,7 @@ function handleEvent(event) {
       case "error": onError(event); break;
       case "session.resumed": onResumed(event); break;
       case "session.snapshot": onSnapshot(event); break;
+      case "agent.transferred": onTransfer(event); break;
       default: break;
     }
   } catch (err) {
@@ -600,6 +601,16 @@ function onSession(created) {
   session = created;
   for (const tool of created.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
   if (toolsFallback) renderTools(created.tools ?? [], created.agent);
+}
+
+/** The agent handed the conversation to another: say so in the answer, show its tools. */
+function onTransfer(event) {
+  const why = event.reason ? ` (${event.reason})` : "";
+  addPart(event.response_id, el("p", { class: "msg-transfer", "data-agent": event.agent }, `⇄ Now with the ${event.agent} agent${why}.`));
+  for (const tool of event.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
+  currentAgent = event.agent;
+  showAgent(currentAgent);
+  loadTools(currentAgent);
 }
 
 /** A call of a client function (tool.calls stands for "requested"). */
@@ -641,6 +652,10 @@ function onToolStatus(event) {
 }
 
 function onResumed(event) {
+  if (event.agent && event.agent !== currentAgent) {
+    showAgent((currentAgent = event.agent));
+    loadTools(currentAgent);
+  }
   const missed = Math.max(0, (event.last_seq ?? 0) - (event.replayed_from ?? 0) + 1);
   const replayed = `${missed} missed event${missed === 1 ? "" : "s"} replayed`;
   if (reloaded) addNote(`↻ Conversation restored after the reload: same session, ${replayed}.`, { kind: "ok" });
@@ -651,6 +666,7 @@ function onResumed(event) {
 
 /** Events were lost for good: redraw the conversation from the snapshot's transcript. */
 function onSnapshot(event) {
+  if (event.agent) showAgent((currentAgent = event.agent));
   responses.clear();
   calls.clear();
   confirms.clear(); // the calls still open are asked again (open_confirmations), each on a new card
@@ -757,22 +773,36 @@ function renderAgent(info) {
     return chip;
   }));
   row.hidden = prompts.length === 0;
-  $("#agent-name").textContent = info?.agent ? `the ${info.agent} agent` : "the agent";
+  showAgent(currentAgent ?? info?.agent);
   $("#model-note").textContent = info ? `Model: ${modelName(info)}.${prompts.length ? " Try the suggestions below." : ""}` : "";
   if (toolList) renderTools(...toolList);
   refreshNetworkInfo();
 }
 
+let currentAgent = null; // the agent the session is with, once it is not the gateway's own
+
+/** Name the agent the page talks to in its header. */
+function showAgent(agent) {
+  $("#agent-name").textContent = agent ? `the ${agent} agent` : "the agent";
+}
+
 let toolList = null; // the arguments of the last renderTools, to redraw it when the agent's info arrives
 
-async function loadTools() {
+let toolsAsked = 0; // loadTools calls so far: only the latest one draws
+
+/** The tools of `agent` (the gateway's own when null), with their schemas, in the panel. */
+async function loadTools(agent = null) {
+  const asked = ++toolsAsked;
   try {
-    const response = await fetch("/v1/tools", { headers: { accept: "application/json", ...(await authHeaders()) } });
+    const query = agent ? `?agent=${encodeURIComponent(agent)}` : "";
+    const response = await fetch(`/v1/tools${query}`, { headers: { accept: "application/json", ...(await authHeaders()) } });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const data = await response.json();
+    if (asked !== toolsAsked) return;
     for (const tool of data.tools ?? []) toolInfo.set(tool.name, tool);
     renderTools(data.tools ?? [], data.agent);
   } catch (err) {
+    if (asked !== toolsAsked) return;
     toolsFallback = true;
     $("#tools-status").textContent = `Could not load /v1/tools (${err.message}); showing the session's tools, without schemas.`;
     if (session) renderTools(session.tools ?? [], session.agent);
@@ -857,7 +887,8 @@ async function runTool(name, input, button, output) {
   output.replaceChildren(el("p", { class: "tool-output-head" }, "Running…"));
   const started = performance.now();
   try {
-    const response = await fetch(`/v1/tools/${encodeURIComponent(name)}/test`, {
+    const query = toolList?.[1] ? `?agent=${encodeURIComponent(toolList[1])}` : "";
+    const response = await fetch(`/v1/tools/${encodeURIComponent(name)}/test${query}`, {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
     });
     let data;

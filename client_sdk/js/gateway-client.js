@@ -187,6 +187,7 @@
  * @property {string} session_id
  * @property {number} replayed_from
  * @property {number} last_seq
+ * @property {string | null} agent The agent the session is with now.
  * @property {ClientCall[]} open_calls
  * @property {ConfirmItem[]} open_confirmations Calls still waiting for the user's approval.
  */
@@ -198,9 +199,22 @@
  * @property {0} seq
  * @property {string} session_id
  * @property {number} last_seq
+ * @property {string | null} agent The agent the session is with now.
  * @property {TranscriptEntry[]} transcript
  * @property {ClientCall[]} open_calls
  * @property {ConfirmItem[]} open_confirmations
+ */
+
+/**
+ * The agent handed the conversation to another (`transfer_to_agent`); it answers from now on.
+ * @typedef {object} AgentTransferred
+ * @property {"agent.transferred"} type
+ * @property {number} seq
+ * @property {string} agent The agent the session is with now.
+ * @property {string} previous_agent
+ * @property {ToolInfo[]} tools The session's tools now.
+ * @property {string | null} reason Why, in the previous agent's words.
+ * @property {string | null} response_id The response in which it happened.
  */
 
 /**
@@ -306,8 +320,8 @@
 
 /**
  * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
- * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | ResponseCreated
- *   | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
+ * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | AgentTransferred
+ *   | ResponseCreated | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
  *   | ErrorEvent | Pong} ServerEvent
  */
 
@@ -466,8 +480,9 @@ const WS_OPEN = 1;
 const DEFAULTS = {
   "session.created": () => ({ tools: [], limits: null }),
   "session.updated": () => ({ tools: [], in_reply_to: null }),
-  "session.resumed": () => ({ open_calls: [], open_confirmations: [] }),
-  "session.snapshot": () => ({ transcript: [], open_calls: [], open_confirmations: [] }),
+  "session.resumed": () => ({ agent: null, open_calls: [], open_confirmations: [] }),
+  "session.snapshot": () => ({ agent: null, transcript: [], open_calls: [], open_confirmations: [] }),
+  "agent.transferred": () => ({ tools: [], reason: null, response_id: null }),
   "response.created": () => ({ in_reply_to: null, call_id: null }),
   "response.retrying": () => ({}),
   "text.delta": () => ({}),
@@ -696,6 +711,8 @@ export class GatewayClient {
     this._sinceAck = 0;
     /** @type {SessionCreated | null} */
     this._session = null;
+    /** @type {string | null} */
+    this._agent = null;
     this._lastSeq = 0;
     this._reconnects = 0;
     /** true while resume() attaches to a saved session (not a reconnect) */
@@ -705,6 +722,14 @@ export class GatewayClient {
   /** The `session.created` event, or `null` before the session starts. @type {SessionCreated | null} */
   get session() {
     return this._session;
+  }
+
+  /**
+   * The agent the session is with: `session.created`'s, then another after each
+   * `agent.transferred`; `null` before the session starts. @type {string | null}
+   */
+  get agent() {
+    return this._agent;
   }
 
   /** The cursor: the highest `seq` received. @type {number} */
@@ -811,6 +836,7 @@ export class GatewayClient {
       throw new ClientError("resume() must come first, in place of connect() and start()");
     }
     this._session = session;
+    this._agent = session.agent ?? null; // the resume's answer says if it changed since
     this._lastSeq = Math.max(0, Math.floor(Number(lastSeq)) || 0);
     const connected = (this._connected = deferred());
     const created = (this._created = deferred());
@@ -1238,7 +1264,11 @@ export class GatewayClient {
     switch (event.type) {
       case "session.created":
         this._session = event;
+        this._agent = event.agent;
         this._created?.resolve(event);
+        break;
+      case "agent.transferred":
+        this._agent = event.agent;
         break;
       case "error":
         if (this._session === null && this._created) this._created.reject(new ServerError(event));
@@ -1587,6 +1617,9 @@ export class GatewayClient {
     /** @type {ConfirmItem[]} */
     let openConfirmations = [];
     if (gap) this._deliver(gap);
+    if ((first.type === "session.snapshot" || first.type === "session.resumed") && first.agent) {
+      this._agent = first.agent;
+    }
     if (first.type === "session.snapshot" && gap) {
       this._lastSeq = first.last_seq;
       openCalls = first.open_calls;

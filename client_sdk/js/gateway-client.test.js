@@ -1252,6 +1252,24 @@ test("a widget unanswered at its deadline fails; one a tool.status ends, or clos
 
 // ----------------------------------------------------------------------- reconnects
 
+test("agent: session.created's, each agent.transferred's, and a resume's when it names one", async () => {
+  const { gw, conv, sock } = await started();
+  assert.equal(conv.agent, "test");
+  const seen = [];
+  conv.on("agent.transferred", (e) => seen.push([e.agent, e.previous_agent, e.reason, e.tools.length]));
+  sock.push({ type: "agent.transferred", agent: "billing", previous_agent: "test", seq: 2 });
+  await flush();
+  assert.equal(conv.agent, "billing");
+  assert.deepEqual(seen, [["billing", "test", null, 0]]); // omitted fields filled in
+  const sock2 = await dropAndResume(gw, sock, 1, { replayed_from: 3, last_seq: 2 }); // an older gateway
+  await flush();
+  assert.equal(conv.agent, "billing");
+  await dropAndResume(gw, sock2, 2, { replayed_from: 3, last_seq: 5, agent: "front" });
+  await flush();
+  assert.equal(conv.agent, "front"); // handed over while away, its event acked and gone
+  await conv.close();
+});
+
 test("after an abnormal close: session.resume with last_seq, resends, open_calls run once", async () => {
   const runs = { device_a: 0, device_b: 0, device_c: 0 };
   const { gw, conv, sock } = await started({}, (c) => {

@@ -13,12 +13,14 @@ from gateway.errors import ToolForbidden
 from gateway.server_tool import Caller, Progress, tool
 
 __all__ = [
+    "Invoice",
     "OrderQuery",
     "OrderStatus",
     "StockLevel",
     "StockQuery",
     "check_order_status",
     "check_stock",
+    "get_last_invoice",
 ]
 
 _CATALOGUE = {
@@ -102,3 +104,16 @@ def cancel_order(query: OrderQuery, caller: Caller) -> Cancellation:
     if owner is not None and caller.user_id != owner:
         raise ToolForbidden(f"order {query.order_id} belongs to another customer")
     return Cancellation(order_id=query.order_id, cancelled=True)
+
+
+class Invoice(msgspec.Struct):
+    number: str
+    amount: float
+    status: str
+    date: str
+
+
+@tool(timeout=5, read_only=True)
+def get_last_invoice() -> Invoice:
+    """The user's last invoice: its number, amount, status and date (the billing agent's)."""
+    return Invoice(number="INV-2041", amount=39.0, status="paid", date="2026-11-28")
