@@ -50,13 +50,23 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
+from websockets.protocol import State
 
 from client_sdk.confirm import ConfirmHandler, ask, refused_edit
 from client_sdk.connection import open_socket, text_frame
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, answer, make_function
-from client_sdk.resume import FINAL_CLOSES, Outbox, Reconnector, Resumed, closed_with
+from client_sdk.resume import (
+    ATTEMPT_TIMEOUT,
+    FINAL_CLOSES,
+    GIVE_UP_AFTER,
+    Outbox,
+    Reconnector,
+    Resumed,
+    closed_with,
+    drop,
+)
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from gateway.protocol import (
@@ -121,8 +131,16 @@ class Conversation:
         agent: the agent to talk to (the gateway's default when ``None``).
         instructions: extra instructions for this session.
         metadata: anything the app wants the gateway to keep with the session.
-        reconnect: resume after a dropped socket (default); ``False`` raises instead.
+        reconnect: resume after a dropped socket (default), and retry the first connect and
+            a start whose socket dropped before ``session.created``; ``False`` raises instead.
         max_reconnect_delay: the longest wait between reconnect attempts, in seconds.
+        attempt_timeout: seconds an attempt may take, from the dial to the gateway's answer
+            to ``session.start`` or ``session.resume``; then its socket is dropped and the
+            attempt counts as failed.
+        give_up_after: seconds of failed attempts in a row after which the conversation
+            ends with ``SessionClosed(1006, "could not reach the gateway for 120 s")``
+            (default: the gateway's default ``session_ttl``, after which a resume cannot
+            succeed anyway).
         ack_every: acknowledge received events after this many, so the gateway can
             free them.
         tool_choice: the session's default for which tools the model may call in a
@@ -150,6 +168,8 @@ class Conversation:
         metadata: dict[str, Any] | None = None,
         reconnect: bool = True,
         max_reconnect_delay: float = 10.0,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        give_up_after: float = GIVE_UP_AFTER,
         ack_every: int = 64,
         tool_choice: str | None = None,
         max_steps: int | None = None,
@@ -169,7 +189,12 @@ class Conversation:
             time_zone=time_zone,
         )
         self._reconnect = reconnect
-        self._reconnector = Reconnector(self._open_socket, max_reconnect_delay)
+        self._reconnector = Reconnector(
+            self._open_socket,
+            max_reconnect_delay,
+            attempt_timeout=attempt_timeout,
+            give_up_after=give_up_after,
+        )
         self._ack_every = ack_every
         self._functions: dict[str, ClientFunction] = {}
         self._server_tool_handler: ServerToolHandler | None = None
@@ -197,7 +222,20 @@ class Conversation:
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Conversation:
-        self._ws = await self._open_socket()
+        """Open the first socket; with ``reconnect``, retried like a resume.
+
+        Raises:
+            SessionClosed: no socket after ``give_up_after`` seconds of attempts.
+            websockets.InvalidStatus: the gateway refused the upgrade for good (HTTP 401,
+                403, 404...); without ``reconnect``, whatever the one attempt raised.
+        """
+        if not self._reconnect:
+            self._ws = await self._open_socket()
+        else:
+            opened = await self._reconnector.dial(first=True)
+            if not isinstance(opened, ClientConnection):
+                raise opened or SessionClosed(1000, "closed by the client")
+            self._ws = opened
         self._background.spawn(self._read_loop(), "reader")
         return self
 
@@ -209,22 +247,26 @@ class Conversation:
 
         Pending ``say()`` and ``events()`` iterators raise ``SessionClosed`` (1000); every
         task the conversation started (client functions included) is cancelled. Closing
-        while a resume is in progress drops that socket: the gateway ends the session
+        while no socket is attached (a resume in progress, or a wait between attempts)
+        drops the attempt, then ends the session with a short-lived socket (resumed, then
+        closed normally) within 5 s; if the gateway cannot be reached, it ends the session
         when its resume window (``session_ttl``) runs out.
         """
+        alive = self._end is None
         self._closing = True
         self._finish(SessionClosed(1000, "closed by the client"))
         self._reconnector.stop()
-        if self._ws is not None:
+        await self._background.cancel()  # the reader among them: no socket comes after this
+        if self._ws is not None and self._ws.state is State.OPEN:
             await self._ws.close()
-        await self._background.cancel()
+        elif alive and self.session is not None:
+            await self._reconnector.end(self.session, self.last_seq)
 
     async def start(self) -> SessionCreated:
         """Open the session (``say`` and ``events`` do it when needed)."""
         if self._created is None:
             self._created = asyncio.get_running_loop().create_future()
-            specs = [f.spec for f in self._functions.values()]
-            await self._send(msgspec.structs.replace(self._start_msg, client_functions=specs))
+            await self._send_start()
         return await self._created
 
     # ----------------------------------------------------------------- functions
@@ -454,6 +496,27 @@ class Conversation:
         self._outbox.keep(update)
         return update
 
+    async def _send_start(self) -> None:
+        """Send ``session.start`` on the socket of now, declaring the functions registered
+        so far; a socket with no ``session.created`` within ``attempt_timeout`` is dropped
+        (and, as for any drop before it, the session is started on a new one)."""
+        specs = [f.spec for f in self._functions.values()]
+        websocket = self._ws
+        await self._send(msgspec.structs.replace(self._start_msg, client_functions=specs))
+        self._background.spawn(self._watch_start(websocket), "start")
+
+    async def _watch_start(self, websocket: ClientConnection | None) -> None:
+        created = self._created
+        assert created is not None
+        try:
+            async with asyncio.timeout(self._reconnector.attempt_timeout):
+                await asyncio.shield(created)
+        except TimeoutError:
+            if websocket is self._ws and not created.done():
+                drop(websocket)
+        except Exception:  # refused or ended: start() raises it
+            pass
+
     def _deliver(self, event: Outbound) -> None:
         for stream in self._subscribers:
             stream.put(event)
@@ -475,10 +538,13 @@ class Conversation:
                 if self._closing:
                     return
                 closed = closed_with(exc)
-                final = closed.closed_with in FINAL_CLOSES or not self._reconnect
-                if final or self.session is None:
+                if closed.closed_with in FINAL_CLOSES or not self._reconnect:
                     self._finish(closed)
                     return
+                if self.session is None:  # nothing to resume: a new socket, a new start
+                    if not await self._start_again():
+                        return
+                    continue
                 outcome = await self._reconnector.run(self.session, self.last_seq)
                 if not isinstance(outcome, Resumed):
                     if outcome is not None:
@@ -491,6 +557,19 @@ class Conversation:
             except msgspec.ValidationError:
                 continue  # an event type newer than this SDK
             self._on_event(event)
+
+    async def _start_again(self) -> bool:
+        """After a drop before ``session.created``: a new socket (with backoff), and
+        ``session.start`` again on it if it was sent; ``False`` when the conversation ends."""
+        opened = await self._reconnector.dial()
+        if not isinstance(opened, ClientConnection):
+            if opened is not None:
+                self._finish(opened)  # gave up
+            return False
+        self._ws = opened
+        if self._created is not None and not self._created.done():
+            await self._send_start()
+        return True
 
     def _on_event(self, event: Outbound) -> None:
         if event.seq:

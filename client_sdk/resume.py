@@ -2,8 +2,12 @@
 
 ``Conversation`` (client.py) owns the session's events; this module owns what happens
 between two sockets. ``Reconnector.run`` opens sockets with backoff and jitter until the
-gateway answers a ``session.resume`` (or says the session is gone); ``Outbox`` keeps what
-the client sent that the gateway has not confirmed, to be sent again on the new socket
+gateway answers a ``session.resume`` (or says the session is gone); ``Reconnector.dial``
+opens one for a session not started yet (the first connect, or a drop before
+``session.created``); either gives up after ``give_up_after`` seconds of failed attempts;
+``Reconnector.end`` ends a session that has no socket (``close()`` mid-reconnect).
+``Outbox`` keeps what the client sent that the gateway has not confirmed, to be sent again
+on the new socket
 (the gateway applies each message once: results, ``tool.run`` and ``tool.confirmation`` by
 call id, user messages and ``session.update`` by their id). The JS SDK
 (js/gateway-client.js) follows the same steps.
@@ -12,9 +16,11 @@ call id, user messages and ``session.update`` by their id). The JS SDK
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 import websockets
@@ -43,9 +49,11 @@ from gateway.protocol import (
 )
 
 __all__ = [
+    "ATTEMPT_TIMEOUT",
+    "END_TIMEOUT",
     "FINAL_CLOSES",
+    "GIVE_UP_AFTER",
     "MAX_RESULTS_PER_MESSAGE",
-    "RESUME_ANSWER_TIMEOUT",
     "Outbox",
     "PendingRun",
     "Reconnector",
@@ -54,8 +62,16 @@ __all__ = [
     "drop",
 ]
 
-RESUME_ANSWER_TIMEOUT = 10.0
-"""Seconds a resume waits for the gateway's answer before it drops that socket and retries."""
+ATTEMPT_TIMEOUT = 10.0
+"""Seconds an attempt may take, from the dial to the gateway's answer to ``session.start``
+or ``session.resume``, before its socket is dropped and it counts as failed (default of
+the ``attempt_timeout`` option)."""
+GIVE_UP_AFTER = 120.0
+"""Seconds of failed attempts in a row after which the SDK gives up (default of the
+``give_up_after`` option): the gateway's default ``session_ttl``, after which a resume
+cannot succeed anyway."""
+END_TIMEOUT = 5.0
+"""Seconds ``close()`` spends ending a session that has no socket (``Reconnector.end``)."""
 MAX_RESULTS_PER_MESSAGE = 128
 """Results resent after a resume go in ``tool.results`` messages of at most this many (the
 protocol's limit per message)."""
@@ -74,6 +90,25 @@ FINAL_CLOSES = frozenset(
 )
 """Closes after which resuming makes no sense: the session is gone or not ours. Any other
 (1006, 1007, 1009, 1011, 1012, 1013...) is resumed."""
+
+
+T = TypeVar("T")
+Retry = Literal["retry"]
+
+
+def gave_up(after: float) -> SessionClosed:
+    """What the app sees when the SDK stops trying to reach the gateway."""
+    return SessionClosed(1006, f"could not reach the gateway for {after:g} s")
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """An upgrade the gateway refused with a status no retry changes (a bad key or token,
+    a foreign origin, a wrong path), unlike 408, 429 and 5xx."""
+    return (
+        isinstance(exc, websockets.InvalidStatus)
+        and 400 <= exc.response.status_code < 500
+        and exc.response.status_code not in (408, 429)
+    )
 
 
 def closed_with(exc: websockets.ConnectionClosed) -> SessionClosed:
@@ -206,18 +241,27 @@ class Resumed(msgspec.Struct, frozen=True):
 
 
 class Reconnector:
-    """Gets a dropped session a new socket.
+    """Gets a session a socket: a new one after a drop, or the first one.
 
     Args:
         open_socket: opens a socket to the gateway (credentials included).
         max_delay: the longest wait between attempts, in seconds.
+        attempt_timeout: seconds an attempt may take, from the dial to the answer.
+        give_up_after: seconds of failed attempts in a row after which it gives up.
     """
 
     def __init__(
-        self, open_socket: Callable[[], Awaitable[ClientConnection]], max_delay: float
+        self,
+        open_socket: Callable[[], Awaitable[ClientConnection]],
+        max_delay: float,
+        *,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        give_up_after: float = GIVE_UP_AFTER,
     ) -> None:
         self._open_socket = open_socket
         self._max_delay = max_delay
+        self.attempt_timeout = attempt_timeout
+        self._give_up_after = give_up_after
         self._pending: ClientConnection | None = None
         """A socket resuming the session, until the gateway answers (``stop()`` drops it)."""
         self._stopped = False
@@ -238,24 +282,75 @@ class Reconnector:
             The new socket and the answer; ``SessionClosed`` when the gateway closed the
             attempt with a final code (the session is lost); ``None`` after ``stop()``.
         """
-        resume = SessionResume(
-            session_id=session.session_id, resume_token=session.resume_token, last_seq=last_seq
-        )
+        return await self._retry(lambda: self._attempt(_resume_of(session, last_seq)))
+
+    async def dial(self, *, first: bool = False) -> ClientConnection | SessionClosed | None:
+        """Open a socket for a session not started yet, with backoff and jitter.
+
+        Args:
+            first: the conversation's first socket: an upgrade refused for good (HTTP 401,
+                403...) raises at once, as no retry changes it.
+
+        Returns:
+            The socket; ``SessionClosed`` after ``give_up_after``; ``None`` after ``stop()``.
+        """
+        return await self._retry(lambda: self._open(first=first))
+
+    async def end(self, session: SessionCreated, last_seq: int) -> None:
+        """End ``session``, which has no socket, with a short-lived one: resume it, then
+        close with 1000 (the gateway ends a session whose client closes normally). Within
+        ``END_TIMEOUT``; on any failure the gateway ends it after its ``session_ttl``."""
+        websocket: ClientConnection | None = None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(min(END_TIMEOUT, self.attempt_timeout)):
+                websocket = await self._open_socket()
+                await _handshake(websocket, _resume_of(session, last_seq))
+                await websocket.close()
+        drop(websocket)  # closed already, unless it failed on the way
+
+    async def _retry(
+        self, attempt: Callable[[], Awaitable[T | SessionClosed | Retry]]
+    ) -> T | SessionClosed | None:
+        """Make ``attempt`` until it is not ``retry``, with backoff and jitter, giving up
+        after ``give_up_after`` seconds of failures; ``None`` after ``stop()``."""
         delay = FIRST_DELAY
+        first_failure: float | None = None
         while not self._stopped:
-            outcome = await self._attempt(resume)
+            outcome = await attempt()
             if outcome != "retry":
-                return outcome
+                return outcome  # not "retry": T or SessionClosed
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure >= self._give_up_after:
+                return gave_up(self._give_up_after)
+            if self._stopped:
+                break
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
             delay = min(delay * 2, self._max_delay)
         return None
 
-    async def _attempt(self, resume: SessionResume) -> Resumed | SessionClosed | Literal["retry"]:
-        """One attempt: open a socket, send ``session.resume``, wait for the answer."""
+    async def _open(self, *, first: bool) -> ClientConnection | Retry:
+        """One attempt at a socket (within ``attempt_timeout``)."""
+        try:
+            async with asyncio.timeout(self.attempt_timeout):
+                websocket = await self._open_socket()
+        except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
+            if first and refused_for_good(exc):
+                raise
+            return "retry"
+        if self._stopped:  # close() came meanwhile
+            drop(websocket)
+            return "retry"
+        return websocket
+
+    async def _attempt(self, resume: SessionResume) -> Resumed | SessionClosed | Retry:
+        """One attempt: open a socket, send ``session.resume``, wait for the answer, all
+        within ``attempt_timeout``."""
         websocket: ClientConnection | None = None
         try:
-            websocket = self._pending = await self._open_socket()
-            resumed = await _handshake(websocket, resume)
+            async with asyncio.timeout(self.attempt_timeout):
+                websocket = self._pending = await self._open_socket()
+                resumed = await _handshake(websocket, resume)
         except websockets.ConnectionClosed as exc:
             closed = closed_with(exc)
             return closed if closed.closed_with in FINAL_CLOSES else "retry"
@@ -273,14 +368,19 @@ class Reconnector:
         return resumed
 
 
+def _resume_of(session: SessionCreated, last_seq: int) -> SessionResume:
+    return SessionResume(
+        session_id=session.session_id, resume_token=session.resume_token, last_seq=last_seq
+    )
+
+
 async def _handshake(websocket: ClientConnection, resume: SessionResume) -> Resumed:
     """Send ``session.resume``; return the answer (and the snapshot after a gap)."""
     await websocket.send(encode(resume).decode())
-    async with asyncio.timeout(RESUME_ANSWER_TIMEOUT):
-        answer = decode_server(await websocket.recv())
-        if isinstance(answer, Error) and answer.code == "resume_gap":
-            return Resumed(websocket, answer, decode_server(await websocket.recv()))
-        return Resumed(websocket, answer)
+    answer = decode_server(await websocket.recv())
+    if isinstance(answer, Error) and answer.code == "resume_gap":
+        return Resumed(websocket, answer, decode_server(await websocket.recv()))
+    return Resumed(websocket, answer)
 
 
 def drop(websocket: ClientConnection | None) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import client_sdk.resume
 from client_sdk import SessionClosed, connect
 from gateway.errors import CloseCode
 from gateway.protocol import (
@@ -71,12 +70,9 @@ async def test_close_while_a_resume_waits_leaves_no_socket_open(proxy):
 
 
 @pytest.mark.parametrize("mode", ["mute", "garble"])
-async def test_a_resume_answered_badly_or_not_at_all_drops_its_socket_and_retries(
-    proxy, monkeypatch, mode
-):
+async def test_a_resume_answered_badly_or_not_at_all_drops_its_socket_and_retries(proxy, mode):
     # "mute": the answer never comes (TimeoutError); "garble": it is not JSON (DecodeError).
-    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
-    async with connect(proxy.url()) as conv:
+    async with connect(proxy.url(), attempt_timeout=0.3) as conv:
         await conv.start()
         resumed = conv.events()
         proxy.mode = mode
@@ -111,9 +107,8 @@ async def test_a_sdk_task_cancelled_reports_nothing_and_close_leaves_none(gatewa
     assert loop_errors == []
 
 
-async def test_a_session_update_lost_in_a_drop_is_sent_again(proxy, monkeypatch):
-    monkeypatch.setattr(client_sdk.resume, "RESUME_ANSWER_TIMEOUT", 0.3)
-    async with connect(proxy.url()) as conv:
+async def test_a_session_update_lost_in_a_drop_is_sent_again(proxy):
+    async with connect(proxy.url(), attempt_timeout=0.3) as conv:
         await conv.start()
         events = conv.events()
         proxy.mode = "mute"
