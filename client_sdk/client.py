@@ -80,6 +80,7 @@ from gateway.protocol import (
     ResponseCancel,
     ResponseCreated,
     ResponseDone,
+    ResponseTruncate,
     SessionCreated,
     SessionResumed,
     SessionSnapshot,
@@ -216,6 +217,8 @@ class Conversation:
         self.agent: str | None = None
         """The agent the session is with: ``session.created``'s, then another after each
         ``agent.transferred``."""
+        self.latest_response: str | None = None
+        """The id of the latest response that started (``truncate``'s default)."""
         self.last_seq = 0
         self.reconnects = 0
 
@@ -488,6 +491,27 @@ class Conversation:
         """Stop the running response (barge-in). Sent only while connected: not resent."""
         await self._send(ResponseCancel(response_id=response_id))
 
+    async def truncate(self, heard_chars: int, response_id: str | None = None) -> str:
+        """Voice barge-in: the user heard only the first ``heard_chars`` characters of the
+        latest response's text (its deltas joined; code points). The gateway stops it if it
+        still runs, and keeps only that much of it in the history, so the model does not
+        believe it said what was never heard. ``response_id`` defaults to the latest
+        response this SDK saw start. Sent again after a resume until the gateway answers
+        (``response.truncated``, or an ``error`` naming the returned id).
+
+        Returns:
+            The message's id.
+        """
+        target = response_id or self.latest_response
+        if target is None:
+            raise ClientError("no response to truncate yet")
+        msg = ResponseTruncate(
+            id=f"trn_{secrets.token_urlsafe(9)}", response_id=target, heard_chars=heard_chars
+        )
+        self._outbox.keep(msg)
+        await self._send(msg)
+        return str(msg.id)
+
     # ----------------------------------------------------------------- internals
 
     def _new_update(self, **fields: Any) -> SessionUpdate:
@@ -590,6 +614,8 @@ class Conversation:
                     self._created.set_exception(ServerError(event))
             case AgentTransferred(agent=agent):
                 self.agent = agent
+            case ResponseCreated(response_id=response_id):
+                self.latest_response = response_id
             case ToolCalls(calls=calls):
                 for call in calls:
                     self._run_call(call)

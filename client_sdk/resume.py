@@ -33,6 +33,8 @@ from gateway.protocol import (
     Error,
     Outbound,
     ResponseCreated,
+    ResponseTruncate,
+    ResponseTruncated,
     SessionCreated,
     SessionResume,
     SessionUpdate,
@@ -138,12 +140,13 @@ class Outbox:
         """``tool.confirmation`` answers by call id, until a ``tool.status`` for their call
         (a server tool's, or a declined call's), a ``tool.calls`` that holds it (an approved
         client function's), or an error that answers them and is not retryable."""
-        self.sent: dict[str, UserMessage | SessionUpdate] = {}
-        """In the order sent, by id: user messages until a response to them starts, and
-        ``session.update`` messages until ``session.updated`` answers them (or, either, until
-        an error does)."""
+        self.sent: dict[str, UserMessage | SessionUpdate | ResponseTruncate] = {}
+        """In the order sent, by id: user messages until a response to them starts,
+        ``session.update`` messages until ``session.updated`` answers them, and
+        ``response.truncate`` until ``response.truncated`` does (or, any, until an error
+        does)."""
 
-    def keep(self, msg: UserMessage | SessionUpdate) -> None:
+    def keep(self, msg: UserMessage | SessionUpdate | ResponseTruncate) -> None:
         """Keep ``msg`` (it has an id) until the gateway confirms it.
 
         A ``session.update`` replaces the unanswered ones sent just before it (no user
@@ -202,7 +205,9 @@ class Outbox:
                     self.confirmations.pop(call.call_id, None)
             case ResponseCreated(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)
-            case SessionUpdated(in_reply_to=msg_id) if msg_id:
+            case SessionUpdated(in_reply_to=msg_id) | ResponseTruncated(in_reply_to=msg_id) if (
+                msg_id
+            ):
                 self.sent.pop(msg_id, None)
             case Error(in_reply_to=msg_id) if msg_id:
                 self.sent.pop(msg_id, None)

@@ -12,6 +12,10 @@ the model's view of what the user asked.
 
 Size is measured as characters of text (user words, assistant text, context notes, tool
 errors) plus bytes of the JSON of tool arguments and outputs.
+
+``truncate_last_turn`` cuts the model's text in the turn in progress (or the last one) to
+what the user heard when they interrupted a spoken answer (``response.truncate``), so that
+the model does not believe it said what was never heard.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import msgspec
 
 from gateway.transcript import AssistantTurn, ContextNote, Item, ToolOutcome, UserTurn
 
-__all__ = ["History", "item_size", "items_size"]
+__all__ = ["History", "Mark", "item_size", "items_size"]
+
+Mark = tuple[int, int, int]
+"""Where the transcript stood (``History.mark``): its first and end item, counted from the
+first item the object held, and how many times items already kept were rewritten."""
 
 
 class History:
@@ -42,6 +50,8 @@ class History:
         self._size = 0
         self._dropped = 0
         """Items ``trim`` dropped so far (since this object was made or restored)."""
+        self._rewrites = 0
+        """Times items already kept were changed (``truncate_last_turn``)."""
 
     @property
     def items(self) -> tuple[Item, ...]:
@@ -57,15 +67,18 @@ class History:
         return len(self._turn_starts)
 
     @property
-    def mark(self) -> tuple[int, int]:
-        """Where the items kept stand in the conversation: (first, end), counted from the
-        first item this object held; ``since`` tells a store what changed after a mark."""
-        return self._dropped, self._dropped + len(self._items)
+    def mark(self) -> Mark:
+        """Where the items kept stand in the conversation (see ``Mark``); ``since`` tells a
+        store what changed after a mark."""
+        return self._dropped, self._dropped + len(self._items), self._rewrites
 
-    def since(self, mark: tuple[int, int]) -> tuple[int, list[Item]]:
+    def since(self, mark: Mark) -> tuple[int, list[Item]]:
         """What changed after ``mark``: how many of the items then kept were dropped since
-        (from the front), and the items added since that are still kept."""
-        first, end = mark
+        (from the front), and the items added since that are still kept. After a rewrite,
+        every item then kept is dropped and every item now kept is added."""
+        first, end, rewrites = mark
+        if rewrites != self._rewrites:
+            return end - first, list(self._items)
         now_first = self._dropped
         drop = min(now_first, end) - first
         start = max(end, now_first)
@@ -100,6 +113,27 @@ class History:
     def extend(self, items: list[Item] | tuple[Item, ...]) -> None:
         for item in items:
             self.append(item)
+
+    def truncate_last_turn(self, chars: int) -> bool:
+        """Keep only the first ``chars`` characters of the model's text in the last turn
+        (its steps' texts taken in order, as the client got them); its tool calls and
+        outcomes stay. Whether anything changed."""
+        start = self._turn_starts[-1] if self._turn_starts else 0
+        left, changed = chars, False
+        for index in range(start, len(self._items)):
+            item = self._items[index]
+            if not isinstance(item, AssistantTurn):
+                continue
+            kept = item.text[: max(left, 0)]
+            left -= len(item.text)
+            if kept != item.text:
+                self._items[index] = msgspec.structs.replace(item, text=kept)
+                size = item_size(self._items[index])
+                self._size += size - self._sizes[index]
+                self._sizes[index] = size
+                changed = True
+        self._rewrites += changed
+        return changed
 
     def trim(self) -> int:
         """Drop the oldest whole turns until the rest fits the budget.

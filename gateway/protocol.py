@@ -35,6 +35,8 @@ __all__ = [
     "ResponseDone",
     "ResponseRetrying",
     "ResponseStatus",
+    "ResponseTruncate",
+    "ResponseTruncated",
     "ServerMsg",
     "SessionCreated",
     "SessionEnded",
@@ -266,6 +268,15 @@ class ResponseCancel(ClientMsg, tag="response.cancel"):
     response_id: str | None = None
 
 
+class ResponseTruncate(ClientMsg, tag="response.truncate"):
+    """Voice barge-in: the user heard only the first ``heard_chars`` characters of the
+    latest response's text (its deltas joined, counted in code points). The running
+    response stops first; the history keeps only what was heard."""
+
+    response_id: str
+    heard_chars: Annotated[int, msgspec.Meta(ge=0)]
+
+
 class Ping(ClientMsg, tag="ping"):
     """Application-level ping, answered by ``pong`` with the same ``ts``."""
 
@@ -282,6 +293,7 @@ Inbound = (
     | ToolRun
     | ToolConfirmation
     | ResponseCancel
+    | ResponseTruncate
     | Ping
 )
 CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
@@ -296,6 +308,7 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
         ToolRun,
         ToolConfirmation,
         ResponseCancel,
+        ResponseTruncate,
         Ping,
     )
 )
@@ -441,6 +454,14 @@ class ResponseCreated(ServerMsg, tag="response.created"):
     """Set instead when the response tells the user an async tool's result."""
 
 
+class ResponseTruncated(ServerMsg, tag="response.truncated"):
+    """The answer to ``response.truncate``: the history keeps only what was heard."""
+
+    response_id: str
+    heard_chars: int
+    in_reply_to: str | None = None
+
+
 class ResponseRetrying(ServerMsg, tag="response.retrying"):
     """The model request failed before the model said anything; the gateway sends it
     again after ``delay`` seconds. Nothing of the response is lost or repeated."""
@@ -564,6 +585,7 @@ Outbound = (
     | AgentTransferred
     | ResponseCreated
     | ResponseRetrying
+    | ResponseTruncated
     | TextDelta
     | TextDone
     | ToolCalls

@@ -33,7 +33,7 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
-from gateway.history import History
+from gateway.history import History, Mark
 from gateway.model import (
     ModelEvent,
     ModelFinish,
@@ -61,6 +61,8 @@ from gateway.protocol import (
     ResponseDone,
     ResponseRetrying,
     ResponseStatus,
+    ResponseTruncate,
+    ResponseTruncated,
     ServerMsg,
     SessionCreated,
     SessionEnded,
@@ -205,6 +207,8 @@ class Session:
         self._ending: str | None = None
         """Why the agent ends the session (its ``end_session`` tool completed): it ends
         once the running response is done."""
+        self._latest: str | None = None
+        """The id of the latest response, the only one ``response.truncate`` may cut."""
         self._now = 0.0
 
     @classmethod
@@ -238,6 +242,7 @@ class Session:
         session._tool_mode = state.tool_mode
         session.time_zone = state.time_zone
         session._ending = state.ending
+        session._latest = state.latest_response
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -281,6 +286,7 @@ class Session:
             tool_mode=self._tool_mode,
             time_zone=self.time_zone,
             ending=self._ending,
+            latest_response=self._latest,
         )
 
     # ----------------------------------------------------------------- public
@@ -368,6 +374,8 @@ class Session:
                 self._advance_if_step_settled()
             case ResponseCancel(response_id=response_id):
                 self._cancel_response(response_id)
+            case ResponseTruncate():
+                self._truncate(event)
             case ModelFailed():
                 self._on_model_failed(event)
             case ToolFinished():
@@ -387,11 +395,11 @@ class Session:
                 self._advance_if_step_settled()
 
     @property
-    def history_mark(self) -> tuple[int, int]:
+    def history_mark(self) -> Mark:
         """Where the transcript stands now (see ``History.mark``)."""
         return self._history.mark
 
-    def history_since(self, mark: tuple[int, int]) -> tuple[int, list[Item]]:
+    def history_since(self, mark: Mark) -> tuple[int, list[Item]]:
         """How the transcript changed after ``mark``: items dropped from its front, and
         items appended (see ``History.since``)."""
         return self._history.since(mark)
@@ -728,6 +736,7 @@ class Session:
             max_steps=msg.max_steps or self._max_steps,
             tool_mode=msg.tool_mode or self._tool_mode,
         )
+        self._latest = self._response.response_id
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
         self._start_step(self._response)
 
@@ -740,6 +749,7 @@ class Session:
             max_steps=self._max_steps,
             tool_mode=self._tool_mode,
         )
+        self._latest = self._response.response_id
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
         self._start_step(self._response)
 
@@ -846,6 +856,29 @@ class Session:
         if entry is not None and entry.definition.ends_session:
             reason = call.args.get("reason")
             self._ending = reason if isinstance(reason, str) and reason else "goodbye"
+
+    def _truncate(self, msg: ResponseTruncate) -> None:
+        """Keep in the history only the part of the latest response the user heard; a
+        response still running stops first (the user spoke over it)."""
+        if msg.response_id != self._latest:
+            self._out.error(
+                "invalid_message",
+                f"response {msg.response_id[:64]!r} is not the latest one: only it can be"
+                " truncated",
+                in_reply_to=msg.id,
+            )
+            return
+        running = self._response is not None
+        if running:
+            self._cancel_response(msg.response_id, start_next=False)
+        self._history.truncate_last_turn(msg.heard_chars)
+        self._out.send(
+            ResponseTruncated(
+                response_id=msg.response_id, heard_chars=msg.heard_chars, in_reply_to=msg.id
+            )
+        )
+        if running and self._response is None:
+            self._start_next()
 
     def _cancel_response(
         self,

@@ -123,6 +123,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The agent the session is with (``None``: the gateway's own, in older states)."""
     client_instructions: str | None = None
     """What the client added to the agent's instructions (``instructions`` has both)."""
+    latest_response: str | None = None
+    """The id of the latest response (``response.truncate``)."""
 
 
 _encoder = msgspec.msgpack.Encoder()

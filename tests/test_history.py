@@ -239,7 +239,7 @@ def test_since_a_mark_says_what_was_dropped_and_what_was_added():
     history.begin_turn()
     history.extend([UserTurn(text="aaaa"), AssistantTurn(text="bbbb")])
     mark = history.mark
-    assert mark == (0, 2)
+    assert mark == (0, 2, 0)  # first, end, rewrites
     history.begin_turn()
     history.append(UserTurn(text="cccc"))
     history.trim()  # the first turn goes
@@ -251,3 +251,16 @@ def test_since_a_mark_says_what_was_dropped_and_what_was_added():
     history.append(UserTurn(text="eeeeeeeee"))
     history.trim()  # drops what was kept at the mark and what came after it, but the last
     assert history.since(mark) == (1, [UserTurn(text="eeeeeeeee")])
+
+
+def test_since_a_mark_before_a_truncation_rewrites_everything_kept():
+    history = History()
+    history.begin_turn()
+    history.extend([UserTurn(text="hi"), AssistantTurn(text="hello there")])
+    mark = history.mark
+    assert history.truncate_last_turn(5)
+    assert history.items == (UserTurn(text="hi"), AssistantTurn(text="hello"))
+    assert history.size == len("hi") + len("hello")
+    assert history.since(mark) == (2, [UserTurn(text="hi"), AssistantTurn(text="hello")])
+    assert not history.truncate_last_turn(99)  # nothing to cut: no rewrite
+    assert history.since(history.mark) == (0, [])
