@@ -156,6 +156,8 @@ class Conversation:
             for, server tools included, comes to the client: see ``on_server_tool``).
         time_zone: the user's IANA time zone (``"Europe/Paris"``), for tools that tell
             the time (the gateway's ``get_current_time``); UTC when absent.
+        segments: voice: the gateway also sends each answer's text as speakable
+            ``TextSegment`` events (whole sentences or clauses, for a speech synthesizer).
     """
 
     def __init__(
@@ -176,6 +178,7 @@ class Conversation:
         max_steps: int | None = None,
         tool_mode: ToolMode | None = None,
         time_zone: str | None = None,
+        segments: bool | None = None,
     ) -> None:
         self._url = url
         self._token = token
@@ -188,6 +191,7 @@ class Conversation:
             max_steps=max_steps,
             tool_mode=tool_mode,
             time_zone=time_zone,
+            segments=segments,
         )
         self._reconnect = reconnect
         self._reconnector = Reconnector(

@@ -36,7 +36,7 @@ MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
 
 
-_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps", "tool_mode", "time_zone")
+_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps", "tool_mode", "time_zone", "segments")
 """Fields added to protocol v1 after its first release: sent only when set."""
 
 

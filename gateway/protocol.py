@@ -48,6 +48,7 @@ __all__ = [
     "SessionUpdated",
     "TextDelta",
     "TextDone",
+    "TextSegment",
     "ToolCalls",
     "ToolConfirm",
     "ToolConfirmation",
@@ -172,6 +173,8 @@ class SessionStart(ClientMsg, tag="session.start"):
     max_steps: MaxSteps | None = None
     """The session's default ``max_steps`` (the gateway's when absent)."""
     tool_mode: ToolMode | None = None
+    segments: bool | None = None
+    """Voice: also send the answers' text as speakable ``text.segment`` events."""
     """The session's default tool mode (``auto`` when absent)."""
     time_zone: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_+\-/]{0,63}$")] | None = (
         None
@@ -200,6 +203,8 @@ class SessionUpdate(ClientMsg, tag="session.update"):
     max_steps: MaxSteps | None = None
     """Replaces the session's default ``max_steps``."""
     tool_mode: ToolMode | None = None
+    segments: bool | None = None
+    """Voice: turn ``text.segment`` events on or off for the responses that start after."""
     """Replaces the session's default tool mode."""
 
 
@@ -480,6 +485,16 @@ class TextDelta(ServerMsg, tag="text.delta"):
     delta: str
 
 
+class TextSegment(ServerMsg, tag="text.segment"):
+    """Voice sessions (``segments``): a speakable piece of the answer's text, a whole
+    sentence or clause, for a speech synthesizer, as soon as it is complete
+    (``gateway.segments``). A step's segments joined are its text; the last comes just
+    before its ``text.done``."""
+
+    response_id: str
+    text: str
+
+
 class TextDone(ServerMsg, tag="text.done"):
     response_id: str
     text: str
@@ -587,6 +602,7 @@ Outbound = (
     | ResponseRetrying
     | ResponseTruncated
     | TextDelta
+    | TextSegment
     | TextDone
     | ToolCalls
     | ToolConfirm

@@ -73,6 +73,7 @@ from gateway.protocol import (
     SessionUpdated,
     TextDelta,
     TextDone,
+    TextSegment,
     ToolConfirmation,
     ToolInfo,
     ToolResults,
@@ -82,6 +83,7 @@ from gateway.protocol import (
     UserMessage,
 )
 from gateway.schema_guard import SchemaGuard
+from gateway.segments import DEFAULT_FIRST_MIN_CHARS, Segmenter
 from gateway.state import PendingNote, Phase, ResponseState, SessionState
 from gateway.tool_choice import (
     choice_problem,
@@ -209,6 +211,11 @@ class Session:
         once the running response is done."""
         self._latest: str | None = None
         """The id of the latest response, the only one ``response.truncate`` may cut."""
+        self._segments = False
+        """Voice: the answers' text goes out in ``text.segment`` events too."""
+        self._segmenter: Segmenter | None = None
+        """Cuts the running response's text into segments; made again after a restore
+        (``_segmenter_for``)."""
         self._now = 0.0
 
     @classmethod
@@ -243,6 +250,7 @@ class Session:
         session.time_zone = state.time_zone
         session._ending = state.ending
         session._latest = state.latest_response
+        session._segments = state.segments
         session._calls.tools = session._registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
@@ -287,6 +295,7 @@ class Session:
             time_zone=self.time_zone,
             ending=self._ending,
             latest_response=self._latest,
+            segments=self._segments,
         )
 
     # ----------------------------------------------------------------- public
@@ -447,6 +456,7 @@ class Session:
         if self._phase is not Phase.OPEN or response is None or response.step_id is None:
             return
         self._out.do(CancelModel(response.step_id))  # in case it still runs here
+        self._segmenter = None  # made again from what the client has
         response.unconfirmed = _seen_text(response)
         self._start_step(response, again=True)
 
@@ -524,6 +534,7 @@ class Session:
         self._tool_choice = msg.tool_choice or "auto"
         self._max_steps = msg.max_steps
         self._tool_mode = msg.tool_mode or "auto"
+        self._segments = bool(msg.segments)
         self.time_zone = msg.time_zone
         tools = self._calls.tools
         if msg.instructions:
@@ -560,6 +571,8 @@ class Session:
             self._max_steps = msg.max_steps
         if msg.tool_mode is not None:
             self._tool_mode = msg.tool_mode
+        if msg.segments is not None:
+            self._segments = msg.segments
         if msg.instructions is not None:
             self._client_instructions = msg.instructions
             self._instructions = _joined(self._settings.instructions, msg.instructions)
@@ -769,6 +782,8 @@ class Session:
             response.steps += 1
         response.step_id = self._new_id("step")
         response.text = []
+        if not again:
+            response.segmented = 0
         response.requested = []
         narrowed = response.tools
         tools = tuple(
@@ -802,6 +817,7 @@ class Session:
             )
         )
         self._response = None
+        self._segmenter = None
         if self._ending is not None:  # the agent said goodbye in this response
             self._out.send(SessionEnded(reason=self._ending))
             self._shut_down()
@@ -949,12 +965,45 @@ class Session:
                 )
 
     def _on_text(self, response: ResponseState, text: str) -> None:
+        segmenter = self._segmenter_for(response) if self._segments else None
         unsent = self._confirm(response, text) if response.unconfirmed else text
         if unsent is None:
             return
         response.text.append(text)
         if unsent:
             self._out.send(TextDelta(response_id=response.response_id, delta=unsent))
+            if segmenter is not None:
+                self._send_segments(response, segmenter.feed(unsent))
+
+    def _segmenter_for(self, response: ResponseState) -> Segmenter:
+        """The running response's segmenter; after a restore, a new one fed with what the
+        client has of the step, its segments sent already (``segmented``) not sent again."""
+        if (segmenter := self._segmenter) is not None:
+            return segmenter
+        segmenter = self._segmenter = Segmenter(
+            first_min_chars=None if response.segments else DEFAULT_FIRST_MIN_CHARS
+        )
+        sent = response.segmented
+        unsent = []
+        for piece in segmenter.feed(_seen_text(response)):
+            if sent >= len(piece):
+                sent -= len(piece)
+            else:
+                unsent.append(piece)
+        self._send_segments(response, unsent)
+        return segmenter
+
+    def _send_segments(self, response: ResponseState, pieces: list[str]) -> None:
+        for piece in pieces:
+            response.segmented += len(piece)
+            response.segments += 1
+            self._out.send(TextSegment(response_id=response.response_id, text=piece))
+
+    def _end_step_text(self, response: ResponseState, text: str) -> None:
+        """The step's text is complete: its last segment (voice), then ``text.done``."""
+        if self._segments and (rest := self._segmenter_for(response).flush()) is not None:
+            self._send_segments(response, [rest])
+        self._out.send(TextDone(response_id=response.response_id, text=text))
 
     def _on_model_failed(self, event: ModelFailed) -> None:
         response = self._response
@@ -1012,7 +1061,7 @@ class Session:
             # No step is left to use their results, so the calls are not run at all.
             self._history.append(AssistantTurn(text=text))
             if text:
-                self._out.send(TextDone(response_id=response.response_id, text=text))
+                self._end_step_text(response, text)
             self._out.error(
                 "max_steps_exceeded",
                 f"the model asked for tools after its last allowed step ({response.steps})",
@@ -1021,7 +1070,7 @@ class Session:
             self._end_response("incomplete")
             return
         if text:
-            self._out.send(TextDone(response_id=response.response_id, text=text))
+            self._end_step_text(response, text)
         if not response.requested:
             self._history.append(AssistantTurn(text=text))
             self._end_response("completed")

@@ -83,6 +83,10 @@ class ResponseState(msgspec.Struct, kw_only=True):
     """Its message's (or the session's) ``max_steps``; ``None``: the gateway's limit."""
     tool_mode: str = "auto"
     """``manual``: the model's tool calls go to the client, server tools included."""
+    segmented: int = 0
+    """Voice sessions: characters of this step's text already sent in ``text.segment``."""
+    segments: int = 0
+    """Voice sessions: ``text.segment`` events this response sent so far."""
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -125,6 +129,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     """What the client added to the agent's instructions (``instructions`` has both)."""
     latest_response: str | None = None
     """The id of the latest response (``response.truncate``)."""
+    segments: bool = False
+    """Voice: the session sends ``text.segment`` events."""
 
 
 _encoder = msgspec.msgpack.Encoder()

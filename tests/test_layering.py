@@ -36,6 +36,10 @@ PURE = {
     "gateway/principal.py",
     "gateway/schema_guard.py",
     "gateway/providers/base.py",
+    "gateway/segments.py",
+    "gateway/tool_choice.py",
+    "gateway/confirm.py",
+    "gateway/widget.py",
 }
 # referencing is jsonschema's own resolver; re2 runs client regexes in linear time.
 PURE_THIRD_PARTY = {"msgspec", "jsonschema", "referencing", "re2"}
@@ -59,6 +63,10 @@ NO_IO = {
     "gateway/tools.py",
     "gateway/schema_guard.py",
     "gateway/providers/base.py",
+    "gateway/segments.py",
+    "gateway/tool_choice.py",
+    "gateway/confirm.py",
+    "gateway/widget.py",
 }
 IO_MODULES = {"asyncio", "socket", "time", "os", "random", "secrets", "threading", "select"}
 # Providers import the core's vocabulary (gateway.model), never the other way.
