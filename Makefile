@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# The OpenAI Agents SDK (tests/test_openai_compat.py) pins websockets<17, which would
+	@# downgrade the gateway's own; it works with 17, so it goes in without its pins.
+	$(BIN)/python -m pip install --quiet --no-deps 'openai-agents==0.24.0'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -49,7 +52,14 @@ AIMOCK := .aimock/node_modules/@copilotkit/aimock/dist/cli.js
 $(AIMOCK): | system-packages
 	npm install --prefix .aimock --no-audit --no-fund --silent @copilotkit/aimock@1.43.0
 
-test: $(STAMP) system-packages check $(AIMOCK)
+# ws (npm, no dependencies) is the WebSocket class many Node apps give the browser SDK; the
+# SDK's drop tests (tests/test_js_sdk_drops.py) run with it and with Node's own, kept in the
+# git-ignored tests/js/node_modules/ (pinned).
+WS_PACKAGE := tests/js/node_modules/ws/package.json
+$(WS_PACKAGE): | system-packages
+	npm install --prefix tests/js --no-audit --no-fund --silent ws@8.23.0
+
+test: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 	node --test client_sdk/js
 	$(BIN)/python -m pytest
 

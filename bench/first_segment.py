@@ -61,7 +61,8 @@ async def through_the_gateway(pace: float, rounds: int) -> None:
                     elif isinstance(event, ResponseDone):
                         break
                 await events.aclose()
-                assert first_delta is not None and first_segment is not None
+                assert first_delta is not None
+                assert first_segment is not None
                 waits.append((first_segment - first_delta) * 1000)
     waits.sort()
     print(

@@ -64,12 +64,18 @@ async def ours(body: bytes) -> int:
 
 
 async def sdk(body: bytes) -> int:
+    import httpx2  # type: ignore[import-not-found, unused-ignore]  # the HTTP client of openai 3
     import openai  # type: ignore[import-not-found, unused-ignore]  # optional, often absent
 
+    mock = httpx2.MockTransport(
+        lambda request: httpx2.Response(
+            200, headers={"content-type": "text/event-stream"}, content=body
+        )
+    )
     client = openai.AsyncOpenAI(
         api_key="x",
         base_url="http://model.test/v1",
-        http_client=httpx.AsyncClient(transport=transport(body)),
+        http_client=httpx2.AsyncClient(transport=mock),
     )
     stream = await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}], stream=True

@@ -36,6 +36,7 @@ from gateway.driver import Driver
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
+from gateway.openai_endpoint import OPENAI_REALTIME_PATH, openai_realtime_endpoint
 from gateway.origin import OriginGuard, OriginPolicy
 from gateway.principal import ANONYMOUS, Principal
 from gateway.protocol import PROTOCOL_VERSION, Limits, SessionResume, decode_server
@@ -658,6 +659,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         Route("/v1/tools", list_tools),
         Route("/v1/tools/{name}/test", test_tool, methods=["POST"]),
         WebSocketRoute(REALTIME_PATH, realtime_endpoint),
+        WebSocketRoute(OPENAI_REALTIME_PATH, openai_realtime_endpoint),
         Mount("/sdk", app=StaticFiles(directory=SDK_JS), name="sdk"),
         Route("/", index),
         Mount("/demo", app=StaticFiles(directory=WEB_DEMO)),

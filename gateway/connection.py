@@ -18,6 +18,11 @@ A client that stops reading stalls the writer: once one write has waited
 cannot be handed over within ``close_timeout`` the connection is aborted (the
 server's own close timer aborts it too when the close frame is never answered).
 Either way ``done`` is set, so the session detaches and its TTL starts.
+
+A connection may speak another wire protocol than v1: with a ``codec``
+(``gateway.codec``), every event is translated into that protocol's frames before it is
+queued, and the frames queue as plain bytes (``msg=None``: no v1 delta merging applies
+to them). Without one (v1) the session's bytes go out as they are.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from typing import Any, Protocol
 
 import structlog
 
+from gateway.codec import Codec
 from gateway.errors import CloseCode
 from gateway.flag import Flag
 from gateway.inbox import Inbox
 from gateway.outqueue import OutboundQueue
-from gateway.protocol import Pong, ServerMsg
+from gateway.protocol import Pong, ServerMsg, decode_server
 
 __all__ = [
     "ABORT_SCOPE_KEY",
@@ -96,7 +102,11 @@ class Connection:
         close_timeout: float = 5.0,
         abort: Abort | None = None,
         frame_writer: FrameWriter | None = None,
+        codec: Codec | None = None,
     ) -> None:
+        self.codec = codec
+        """Translates each event into the frames of this socket's wire protocol; ``None``
+        for v1. Set it before the first event."""
         self._socket = socket
         self._frames = frame_writer
         self._send_timeout = send_timeout
@@ -143,13 +153,19 @@ class Connection:
     def send(self, msg: ServerMsg | None, data: bytes) -> None:
         """Queue an event, written at the end of this round of the event loop with the
         others queued meanwhile; never blocks. Over the hard bound the socket closes with
-        1013."""
+        1013. With a codec, ``msg=None`` sends ``data`` as a frame of its protocol
+        already (the codec's own answers)."""
         if self.queue(msg, data):
             self._kick()
 
     def send_all(self, sent: list[tuple[ServerMsg, bytes]]) -> None:
         """``send`` each of ``sent``, in one write now when nothing waits before them
         and the socket takes them (the usual case: no queue on the way)."""
+        if self.codec is not None:
+            self._send_frames(
+                [frame for msg, data in sent for frame in self.codec.encode(msg, data)]
+            )
+            return
         frames = self._frames
         if (
             frames is None
@@ -176,11 +192,41 @@ class Connection:
         if self.pongs_owed:
             self.pongs_owed = max(0, self.pongs_owed - sum(type(msg) is Pong for msg, _ in sent))
 
+    def _send_frames(self, frames: list[bytes]) -> None:
+        """``send_all`` for frames a codec made: in one write now when nothing waits
+        before them, else through the queue."""
+        if not frames:
+            return
+        writer = self._frames
+        if (
+            writer is not None
+            and not self._queue.size
+            and not self._replay
+            and self._writer is None
+            and self._closing is None
+            and not self._gone
+        ):
+            try:
+                if writer.write_now(frames):
+                    return
+            except Exception as exc:  # whatever the socket raises once the peer is gone
+                self._failed(exc)
+                return
+        for frame in frames:
+            if not self.queue(None, frame):
+                break
+        self.flush()
+
     def queue(self, msg: ServerMsg | None, data: bytes) -> bool:
         """``send`` without the write: the caller calls ``flush`` once it queued all it
         has. ``False`` when the event was dropped (the socket is closing)."""
         if self._closing is not None or self._gone:
             return False
+        if self.codec is not None and msg is not None:
+            for frame in self.codec.encode(msg, data):
+                if not self.queue(None, frame):
+                    return False
+            return True
         if type(msg) is Pong and self.pongs_owed:
             self.pongs_owed -= 1
         if not self._queue.push(msg, data):
@@ -198,7 +244,10 @@ class Connection:
         if self._closing is None and not self._gone:
             if self._replay is None:
                 self._replay = deque()
-            self._replay.append(data)
+            if self.codec is None:
+                self._replay.append(data)
+            else:
+                self._replay.extend(self.codec.encode(decode_server(data), data))
             self._kick()
 
     def close(self, code: int, reason: str = "", *, flush: bool = False) -> None:

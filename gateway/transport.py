@@ -10,7 +10,7 @@ the credential (``gateway.auth``); the principal it proves owns the session, and
 only the same principal may resume it.
 Admission happens here too: at most ``max_sockets_per_ip`` open sockets per client
 address (the address a trusted proxy forwards, see ``forwarded_allow_ips``), and the
-runtime's session quotas at ``session.start``. Every refusal goes through ``_refuse``.
+runtime's session quotas at ``session.start``. Every refusal goes through ``refuse``.
 """
 
 from __future__ import annotations
@@ -42,9 +42,21 @@ if TYPE_CHECKING:
     from gateway.app import Runtime
     from gateway.driver import Driver
 
-__all__ = ["realtime_endpoint"]
+__all__ = [
+    "Decode",
+    "Reader",
+    "pump",
+    "realtime_endpoint",
+    "refuse",
+    "refuse_expired",
+    "refuse_start",
+]
 
 log = structlog.get_logger("gateway.transport")
+
+Decode = Callable[[str], list[Inbound | DecodeFailure]]
+"""Reads a text frame of a wire protocol other than v1 into the core messages it stands for
+(``gateway.codec``)."""
 
 _PEEK_MAX_CHARS = 4096
 """Frames up to this size are decoded before the rate limit is applied: a ``ping`` among
@@ -68,15 +80,15 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         # A foreign Host (DNS rebinding) is refused at the handshake; a foreign Origin
         # is told why, with 4003, so that the page's developer can see it.
         code = CloseCode.POLICY if refusal.kind == "host" else CloseCode.FORBIDDEN_ORIGIN
-        await _refuse(runtime, websocket, code, refusal.reason, label=refusal.label)
+        await refuse(runtime, websocket, code, refusal.reason, label=refusal.label)
         return
     if offered and SUBPROTOCOL not in offered:
         # A client asking only for other protocols (say a future gateway.v2) must not be
         # served v1 by surprise: the handshake is refused (HTTP 403).
-        await _refuse(runtime, websocket, CloseCode.POLICY, "", label="bad_subprotocol")
+        await refuse(runtime, websocket, CloseCode.POLICY, "", label="bad_subprotocol")
         return
     if runtime.closing:
-        await _refuse(
+        await refuse(
             runtime, websocket, CloseCode.SERVICE_RESTART, "shutting down", label="shutting_down"
         )
         return
@@ -92,7 +104,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
             now=time.time(),
         )
     except AuthError as exc:
-        await _refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
+        await refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
         return
     address = websocket.client.host if websocket.client is not None else None
     if address is None:  # a Unix socket: no address to count by
@@ -100,7 +112,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         return
     if not runtime.sockets.acquire(address):
         reason = "too many sockets from this address"
-        await _refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
+        await refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
         return
     try:
         await _serve(runtime, websocket, principal)
@@ -118,7 +130,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
         abort=websocket.scope.get(ABORT_SCOPE_KEY),
         frame_writer=websocket.scope.get(FRAME_WRITER_SCOPE_KEY),
     )
-    reader = _Reader(
+    reader = Reader(
         websocket,
         conn,
         rate=runtime.config.max_messages_per_second,
@@ -132,7 +144,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
             # with no context manager held for its whole life.
             structlog.contextvars.bind_contextvars(session_id=driver.session_id)
             log.info("socket_attached", client=str(websocket.client), principal=principal.name)
-            await _pump(reader, driver, conn)
+            await pump(reader, driver, conn)
             # A client that closes with 1000 is done; any other end may be resumed.
             done = reader.close_code == CloseCode.NORMAL and not conn.closing
             driver.detach(conn, end=done)
@@ -145,20 +157,22 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
         await conn.aclose()
 
 
-async def _refuse(
+async def refuse(
     runtime: Runtime,
     websocket_or_conn: WebSocket | Connection,
     code: CloseCode,
     reason: str,
     *,
     label: str,
+    protocol: str = SUBPROTOCOL,
 ) -> None:
     """Refuse a socket: log ``connection_refused`` and count it by ``label``.
 
     A ``Connection`` (an accepted socket) closes with ``code`` and ``reason``. A
     WebSocket still in its handshake is refused there (HTTP 403, no reason) when
-    ``code`` is 1008; for any other code it is accepted first, so that the client
-    can read the code and the reason.
+    ``code`` is 1008; for any other code it is accepted first (with the subprotocol
+    ``protocol`` when the client offered it), so that the client can read the code and
+    the reason.
     """
     log.info("connection_refused", label=label, close_code=int(code))
     runtime.note_refusal(label)
@@ -172,12 +186,12 @@ async def _refuse(
             await websocket.close(code=code)
             return
         offered = websocket.scope.get("subprotocols") or []
-        await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        await websocket.accept(subprotocol=protocol if protocol in offered else None)
     await websocket.close(code=code, reason=reason)
 
 
 async def _open(
-    runtime: Runtime, conn: Connection, reader: _Reader, principal: Principal
+    runtime: Runtime, conn: Connection, reader: Reader, principal: Principal
 ) -> Driver | None:
     """Read the first frame and attach the socket to its session."""
     try:
@@ -185,7 +199,7 @@ async def _open(
             first = await reader.next()
     except TimeoutError:
         # A socket that says nothing holds resources for nothing (pings keep it alive).
-        await _refuse(
+        await refuse(
             runtime,
             conn,
             CloseCode.POLICY,
@@ -202,19 +216,19 @@ async def _open(
         return await _resume(runtime, conn, first, principal)
     if isinstance(first, DecodeFailure) and first.msg_type == "session.resume":
         # A client that meant to resume must not silently get a new, empty session.
-        await _refuse(runtime, conn, CloseCode.POLICY, first.message, label="invalid_resume")
+        await refuse(runtime, conn, CloseCode.POLICY, first.message, label="invalid_resume")
         return None
     try:
         driver = await runtime.start_session(principal)
     except (TooManySessions, StoreUnavailable) as exc:
-        await _refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
+        await refuse_start(runtime, conn, exc)
         return None
     # The first message goes in right behind the attach: one turn of the session's loop
     # takes both, and sends session.created.
     accepted = driver.attach_soon(conn)
     driver.feed(first)
     if not await accepted:
-        await _refuse_expired(runtime, conn)
+        await refuse_expired(runtime, conn)
         return None
     return driver
 
@@ -229,17 +243,24 @@ async def _resume(
         try:
             found = await runtime.find_session(msg, principal.name)
         except StoreUnavailable as exc:
-            await _refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
+            await refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
             return None
         if isinstance(found, tuple):  # a ResumeRefusal
-            await _refuse(runtime, conn, found.code, found.reason, label=found.label)
+            await refuse(runtime, conn, found.code, found.reason, label=found.label)
             return None
         if await found.attach(conn, msg.last_seq):
             return found
         if not found.moved:
             break
-    await _refuse_expired(runtime, conn)
+    await refuse_expired(runtime, conn)
     return None
+
+
+async def refuse_start(
+    runtime: Runtime, conn: Connection, exc: TooManySessions | StoreUnavailable
+) -> None:
+    """Refuse a socket whose new session could not start (quotas, the store)."""
+    await refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
 
 
 def _refusal_reason(exc: TooManySessions | StoreUnavailable) -> str:
@@ -252,14 +273,14 @@ def _label(exc: TooManySessions | StoreUnavailable) -> str:
     return exc.label if isinstance(exc, TooManySessions) else "store_unavailable"
 
 
-async def _refuse_expired(runtime: Runtime, conn: Connection) -> None:
+async def refuse_expired(runtime: Runtime, conn: Connection) -> None:
     """Refuse a socket whose session ended before taking it (its TTL ran out, it was
     stopped) with 4008: an attach always gets an answer, never silence."""
     reason = "session ended or expired"
-    await _refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
+    await refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
 
 
-async def _pump(reader: _Reader, driver: Driver, conn: Connection) -> None:
+async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
     """Feed frames to the driver until the socket or the connection ends.
 
     While the session's queue holds its most client frames, the pump waits for room; the
@@ -322,7 +343,7 @@ class _TokenBucket:
         return True
 
 
-class _Reader:
+class Reader:
     """Reads a socket's frames, decoded, into a bounded inbox; ``None`` marks the end.
 
     With ``max_queued`` frames unread the reader waits for room and reads nothing meanwhile
@@ -334,6 +355,9 @@ class _Reader:
     sending ``burst`` more of them in a row is closed with 1008. Should the reader fail
     anyway (our bug), the socket closes
     with 1011 and the exception is logged.
+
+    ``decode`` reads the frames of another wire protocol (``gateway.codec``) instead of
+    v1's: see ``_take``.
     """
 
     def __init__(
@@ -344,8 +368,10 @@ class _Reader:
         rate: float | None,
         burst: int | None,
         max_queued: int,
+        decode: Decode | None = None,
     ) -> None:
         self._websocket = websocket
+        self._decode = decode
         self._conn = conn
         self._inbox: Inbox[Inbound | DecodeFailure] = Inbox(max_queued)
         conn.inbox = self._inbox
@@ -371,6 +397,10 @@ class _Reader:
                     self.close_code = message.get("code")
                     return
                 text = message.get("text")
+                if self._decode is not None:
+                    if not await self._take(text, self._decode):
+                        return
+                    continue
                 peeked = (
                     decode_client(text)
                     if text is not None and len(text) <= _PEEK_MAX_CHARS
@@ -404,6 +434,23 @@ class _Reader:
             self._conn.close(CloseCode.INTERNAL)  # our bug: no reason text
         finally:
             self._inbox.close()
+
+    async def _take(self, text: str | None, decode: Decode) -> bool:
+        """Read a frame of a codec's protocol; ``False`` once the reader is to stop.
+
+        A codec keeps state, so a frame is decoded only once it is admitted (no peek: a
+        refused frame's error names no id), and it may stand for any number of messages
+        (none, say, for a user item the codec keeps until ``response.create``).
+        """
+        if self._bucket is not None and not self._bucket.take():
+            return await self._refuse(None)
+        self._refused_in_a_row = 0
+        for item in [_BINARY] if text is None else decode(text):
+            if self._feed is not None and self._waiting and not self._inbox and self._feed(item):
+                continue
+            if not await self._inbox.put(item):
+                return False  # ended by the server meanwhile
+        return True
 
     async def _refuse(self, peeked: Inbound | DecodeFailure | None) -> bool:
         """Answer a frame over the rate limit; ``False`` once the client floods (or the

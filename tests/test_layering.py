@@ -16,6 +16,10 @@ MODULES = sorted([*ROOT.glob("gateway/**/*.py"), *ROOT.glob("client_sdk/**/*.py"
 # The core may use only the stdlib and these; and none of the I/O or clock modules.
 PURE = {
     "gateway/admission.py",
+    "gateway/codec.py",
+    "gateway/openai_frames.py",
+    "gateway/openai_realtime.py",
+    "gateway/openai_wire.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -45,6 +49,10 @@ PURE = {
 PURE_THIRD_PARTY = {"msgspec", "jsonschema", "referencing", "re2"}
 NO_IO = {
     "gateway/admission.py",
+    "gateway/codec.py",
+    "gateway/openai_frames.py",
+    "gateway/openai_realtime.py",
+    "gateway/openai_wire.py",
     "gateway/protocol.py",
     "gateway/session.py",
     "gateway/dispatch.py",
@@ -81,6 +89,7 @@ EDGES = {
         "gateway/app.py",
         "gateway/auth_http.py",
         "gateway/body.py",
+        "gateway/openai_endpoint.py",
     },
     "uvicorn": {"gateway/__main__.py", "gateway/server.py"},
     "redis": {"gateway/redis_store.py"},
