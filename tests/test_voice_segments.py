@@ -5,6 +5,10 @@ and restored after every event), after a node died mid-step, and over a real soc
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
 
 from client_sdk import connect
 from gateway.model import ModelFinish, ModelText, ModelToolCall
@@ -20,6 +24,7 @@ from gateway.session import Session
 from gateway.state import decode_state, encode_state
 from tests.support import serving
 from tests.test_session import Harness, persisted  # noqa: F401
+from tests.test_tool_choice_e2e import run_js
 
 STORY = ["Sure, I can help with that, ", "of course. The lamp is on. ", "It is 3.5 m tall!"]
 
@@ -93,3 +98,12 @@ async def test_the_python_sdk_gets_segments_over_a_real_socket():
                     break
     assert got == ["Hello there. ", "How are you today? ", "Fine."]
     assert "".join(got) == text
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node is not installed")
+async def test_the_js_sdk_gets_segments_and_truncates():
+    result = await run_js(Path(__file__).parent / "js" / "live_voice.mjs")
+    assert "".join(result["segments"]) == result["text"]
+    assert result["segments"][0] == "Hello! "
+    assert len(result["segments"]) > 1
+    assert result["truncated"] == [[result["latest"], 6, result["truncateId"]]]

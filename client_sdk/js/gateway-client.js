@@ -59,12 +59,19 @@
  *   is sent. Without either handler the call gets the usual "no function" error result.
  * - **Reconnects.** A socket that drops with a code other than 1000, 1008, 4001, 4003, 4004, 4008
  *   or 4009 is resumed with exponential backoff and full jitter (50 ms, doubling, up to
- *   `maxReconnectDelay`). Results and `tool.run` requests the gateway has not confirmed, and
- *   user messages (options included) and `session.update` messages it has not answered, are
- *   sent again (the gateway applies each once), and so are `tool.confirmation` answers no
- *   `tool.status` (or `tool.calls`) has confirmed yet. Calls that opened while the client was
- *   away are run, and confirmations still open (`open_confirmations`) are asked, once each. When the gateway no longer has every missed event, pending `say()`
- *   iterators throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
+ *   `maxReconnectDelay`). A first connect that fails, and a start whose socket drops before
+ *   `session.created` (nothing is lost yet: `session.start` goes again on a new socket), are
+ *   retried the same way. Each attempt must be answered within `attemptTimeout` of its dial
+ *   (or its socket is closed with 4000 and it counts as failed); after `giveUpAfter` of
+ *   failed attempts in a row the conversation ends with `SessionClosed` 1006 ("could not
+ *   reach the gateway for 120 s"). `close()` between attempts ends the gateway's session all
+ *   the same, with a short-lived socket. Results and `tool.run` requests the gateway has not
+ *   confirmed, and user messages (options included) and `session.update` messages it has not
+ *   answered, are sent again (the gateway applies each once), and so are `tool.confirmation`
+ *   answers no `tool.status` (or `tool.calls`) has confirmed yet. Calls that opened while the
+ *   client was away are run, and confirmations still open (`open_confirmations`) are asked,
+ *   once each. When the gateway no longer has every missed event, pending `say()` iterators
+ *   throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
  *   `ResumeGap` (events were lost across a reconnect).
@@ -218,6 +225,26 @@
  */
 
 /**
+ * Voice sessions (`segments`): a speakable piece of the answer's text, a whole sentence or
+ * clause; a step's segments joined are its text.
+ * @typedef {object} TextSegment
+ * @property {"text.segment"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {string} text
+ */
+
+/**
+ * The answer to `truncate()`: the history keeps only what was heard.
+ * @typedef {object} ResponseTruncated
+ * @property {"response.truncated"} type
+ * @property {number} seq
+ * @property {string} response_id
+ * @property {number} heard_chars
+ * @property {string | null} in_reply_to
+ */
+
+/**
  * @typedef {object} ResponseCreated
  * @property {"response.created"} type
  * @property {number} seq
@@ -321,7 +348,7 @@
 /**
  * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
  * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | AgentTransferred
- *   | ResponseCreated | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
+ *   | TextSegment | ResponseTruncated | ResponseCreated | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
  *   | ErrorEvent | Pong} ServerEvent
  */
 
@@ -412,9 +439,22 @@
  * @property {string} [agent] The agent to talk to (the gateway's default when absent).
  * @property {string} [instructions] Extra instructions for this session.
  * @property {Record<string, any>} [metadata] Anything the app wants kept with the session.
- * @property {boolean} [reconnect] Resume after a dropped socket (default true).
+ * @property {boolean} [reconnect] Resume after a dropped socket, and retry a first connect
+ *   that fails and a session start whose socket dropped before `session.created` (default
+ *   true); `false` ends the conversation instead.
  * @property {number} [maxReconnectDelay] The longest wait between reconnect attempts, ms (default 10000).
+ * @property {number} [attemptTimeout] How long one attempt to reach the gateway may take, ms
+ *   (default 10000), counted from its dial: the upgrade, then the gateway's answer to the
+ *   `session.start` or `session.resume` it sends. Then its socket is closed with 4000 (not
+ *   1000, which would end the session) and the attempt counts as failed.
+ * @property {number} [giveUpAfter] After how long of attempts failing in a row the SDK stops
+ *   trying, ms (default 120000, the gateway's default `session_ttl`, after which a resume
+ *   cannot succeed anyway): the conversation ends with `SessionClosed` 1006, reason
+ *   "could not reach the gateway for 120 s". A socket whose upgrade the gateway answers
+ *   starts the count anew.
  * @property {number} [ackEvery] Acknowledge received events after this many (default 64).
+ * @property {boolean} [segments] Voice: the gateway also sends each answer's text as
+ *   speakable `text.segment` events (whole sentences or clauses, for a speech synthesizer).
  * @property {string | null} [timeZone] The user's IANA time zone, for tools that tell the time
  *   (the gateway's `get_current_time`). Default: the browser's own
  *   (`Intl.DateTimeFormat().resolvedOptions().timeZone`); `null` sends none.
@@ -460,7 +500,11 @@ export const TOKEN_SUBPROTOCOL_PREFIX = "gateway.token.";
 /** Closes after which resuming makes no sense: the session is gone or not ours. */
 const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4003, 4004, 4008, 4009]);
 const FIRST_RECONNECT_DELAY_MS = 50;
-const RESUME_ANSWER_TIMEOUT_MS = 10_000;
+/** Default of `attemptTimeout`: ms from an attempt's dial to the gateway's answer. */
+const ATTEMPT_TIMEOUT_MS = 10_000;
+/** Default of `giveUpAfter`: the gateway's default `session_ttl`, after which no resume succeeds. */
+const GIVE_UP_AFTER_MS = 120_000;
+/** The longest close() waits: for a socket's close, or to end a session that has no socket. */
 const CLOSE_WAIT_MS = 1_000;
 const MAX_RESULTS_PER_MESSAGE = 128;
 const OVERRAN = "the client function overran its deadline";
@@ -486,6 +530,8 @@ const DEFAULTS = {
   "response.created": () => ({ in_reply_to: null, call_id: null }),
   "response.retrying": () => ({}),
   "text.delta": () => ({}),
+  "text.segment": () => ({}),
+  "response.truncated": () => ({ in_reply_to: null }),
   "text.done": () => ({}),
   "tool.calls": () => ({ calls: [] }),
   "tool.confirm": () => ({ calls: [] }),
@@ -619,11 +665,14 @@ export class GatewayClient {
       metadata,
       reconnect = true,
       maxReconnectDelay = 10_000,
+      attemptTimeout = ATTEMPT_TIMEOUT_MS,
+      giveUpAfter = GIVE_UP_AFTER_MS,
       ackEvery = 64,
       toolChoice,
       maxSteps,
       toolMode,
       timeZone = defaultTimeZone(),
+      segments,
     } = options;
     if (typeof WebSocketImpl !== "function") {
       throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
@@ -639,9 +688,12 @@ export class GatewayClient {
       max_steps: maxSteps,
       tool_mode: toolMode,
       time_zone: timeZone,
+      segments,
     });
     this._reconnect = Boolean(reconnect);
     this._maxDelay = Math.max(0, Number(maxReconnectDelay));
+    this._attemptTimeout = Math.max(0, Number(attemptTimeout));
+    this._giveUpAfter = Math.max(0, Number(giveUpAfter));
     this._ackEvery = Math.max(1, Math.floor(Number(ackEvery)) || 1);
 
     /** @type {Map<string, {spec: ToolSpec, handler: ClientFunctionHandler}>} */
@@ -661,17 +713,31 @@ export class GatewayClient {
     this._state = "idle";
     /** @type {any} the socket attached to the session */
     this._ws = null;
-    /** @type {any} a socket opening (the first one, or one resuming) */
+    /** @type {{ws: any, stop: () => void} | null} the attempt in flight: its socket, and how to drop it */
     this._pending = null;
-    /** @type {WeakMap<object, Promise<void>>} resolved when that socket's close event fired */
+    /** @type {WeakMap<object, Promise<void>>} resolved when that socket closed (or failed to open) */
     this._socketClosed = new WeakMap();
+    /** @type {WeakSet<object>} sockets given up on: their events are ignored */
+    this._dropped = new WeakSet();
     /** @type {Deferred<void> | null} */
     this._connected = null;
+    /** true once a socket opened (connect() resolved): a later loop is "reconnecting" */
+    this._everOpened = false;
+    /** @type {number | null} when the attempts now failing in a row began to fail */
+    this._failingSince = null;
     /** @type {Promise<SessionCreated> | null} */
     this._starting = null;
-    /** @type {Deferred<SessionCreated> | null} set once session.start is sent */
+    /** @type {Deferred<SessionCreated> | null} set once start() is asked (session.start sent or due) */
     this._created = null;
+    /** when start() was asked: its session.start's answer is due attemptTimeout after this or the dial */
+    this._startAskedAt = 0;
+    /** true once the gateway answered session.start with an error: it is not sent again */
+    this._refused = false;
+    /** @type {{settle: (outcome: any) => void} | null} a session.start waiting for its answer */
+    this._startWatch = null;
     this._closing = false;
+    /** @type {Promise<void> | null} close()'s, once called */
+    this._closed = null;
     /** @type {ClientError | null} why the conversation can go no further */
     this._end = null;
     /** @type {(() => void) | null} cuts the reconnect backoff short */
@@ -713,6 +779,8 @@ export class GatewayClient {
     this._session = null;
     /** @type {string | null} */
     this._agent = null;
+    /** @type {string | null} the latest response that started (`truncate`'s default) */
+    this._latestResponse = null;
     this._lastSeq = 0;
     this._reconnects = 0;
     /** true while resume() attaches to a saved session (not a reconnect) */
@@ -751,65 +819,40 @@ export class GatewayClient {
 
   /**
    * Open the socket (subprotocol `gateway.v1`). Calling it again returns the same promise.
+   * A dial that fails (or gets no answer within `attemptTimeout`) is tried again with the
+   * reconnects' backoff, until a socket opens or `giveUpAfter` passes.
    * @returns {Promise<void>}
-   * @throws {SessionClosed} the gateway could not be reached, or `close()` came first.
+   * @throws {SessionClosed} the gateway could not be reached for `giveUpAfter` (at the first
+   *   failure without `reconnect`), the token function failed, or `close()` came first.
    */
   connect() {
     if (this._end) return Promise.reject(this._end);
     if (!this._connected) {
-      const connected = (this._connected = deferred());
-      this._setState("connecting");
-      const handlers = {
-        open: (/** @type {any} */ ws) => {
-          this._pending = null;
-          if (this._end) return;
-          this._ws = ws;
-          this._setState("open");
-          connected.resolve();
-        },
-        frame: (ws, data) => {
-          if (ws === this._ws) this._onFrame(data);
-        },
-        close: (/** @type {any} */ ws, /** @type {number} */ code, /** @type {string} */ reason, /** @type {boolean} */ opened) => {
-          if (!opened) {
-            if (this._pending === ws) this._pending = null;
-            this._finish(new SessionClosed(code, reason || "could not connect to the gateway"));
-            return;
-          }
-          this._onDrop(ws, code, reason);
-        },
-      };
-      if (typeof this._token === "function") {
-        const source = this._token;
-        Promise.resolve()
-          .then(() => source())
-          .then(
-            (token) => {
-              if (!this._end && !this._closing) this._pending = this._dial(handlers, token);
-            },
-            (err) => this._finish(new SessionClosed(1006, `could not get a client token: ${describe(err)}`)),
-          );
-      } else {
-        this._pending = this._dial(handlers, this._token);
-      }
+      this._connected = deferred();
+      this._retryLoop();
     }
     return this._connected.promise;
   }
 
   /**
    * Open the session (`say()` and `post()` do it when needed; it connects first if needed).
-   * Every client function registered by then is declared in `session.start`.
+   * Every client function registered by then is declared in `session.start`. When the socket
+   * drops before `session.created` (nothing is lost yet), `session.start` is sent again on a
+   * new socket, with the reconnects' backoff.
    * @returns {Promise<SessionCreated>}
    * @throws {ServerError} the gateway refused `session.start`.
    * @throws {SessionClosed} the session ended first.
    */
   start() {
+    if (this._end) return Promise.reject(this._end);
     if (!this._starting) {
-      if (this._end) return Promise.reject(this._end);
       this._starting = (async () => {
         if (this._state === "idle" || this._state === "connecting") await this.connect();
+        if (this._end) throw this._end;
         this._created = deferred();
-        this._send({ type: "session.start", ...this._startFields, client_functions: this._specs() });
+        this._startAskedAt = now();
+        // Without a socket now, the reconnect loop sends session.start on its next one.
+        if (this._ws !== null) this._startOnAttached();
         return this._created.promise;
       })();
       this._starting.catch(() => {});
@@ -827,8 +870,9 @@ export class GatewayClient {
    *   and `resume_token` at least), kept by the app.
    * @param {number} [lastSeq] The highest `seq` the app has handled (0: all the gateway has).
    * @returns {Promise<void>}
-   * @throws {SessionClosed} the gateway refused (4001, 4004, 4008) or could not be reached;
-   *   this client is closed then: start a new session with a new client.
+   * @throws {SessionClosed} the gateway refused (4001, 4004, 4008) or could not be reached
+   *   (one attempt, within `attemptTimeout`); this client is closed then: start a new
+   *   session with a new client.
    */
   async resume(session, lastSeq = 0) {
     if (this._end) throw this._end;
@@ -854,16 +898,29 @@ export class GatewayClient {
   /**
    * End the session: the socket is closed with code 1000, which tells the gateway the
    * client is done. Pending `say()` iterators and `events()` throw `SessionClosed` (1000).
+   * Between reconnect attempts (or during one, which is dropped) there is no socket to
+   * close: a short-lived one resumes the session and closes with 1000 once the gateway
+   * answered, so the session ends at once all the same; should that fail, the gateway ends
+   * it after its `session_ttl`. Nothing of that socket reaches the listeners.
    * @returns {Promise<void>} settled once the socket reports its close (at most ~1 s).
    */
-  async close() {
-    const sockets = [this._ws, this._pending].filter(Boolean);
-    if (!this._closing) {
-      this._closing = true;
-      this._finish(new SessionClosed(1000, "closed by the client"));
-      for (const ws of sockets) safeClose(ws, 1000, "");
-    }
-    await Promise.all(sockets.map((ws) => waitAtMost(this._socketClosed.get(ws), CLOSE_WAIT_MS)));
+  close() {
+    if (!this._closed) this._closed = this._shutDown();
+    return this._closed;
+  }
+
+  /** What close() does, once. */
+  async _shutDown() {
+    const ended = this._end !== null; // a session that ended already needs no ending
+    const session = this._session;
+    const ws = this._ws;
+    const attempt = this._pending?.ws;
+    this._closing = true;
+    this._finish(new SessionClosed(1000, "closed by the client")); // drops the attempt in flight
+    if (ws) safeClose(ws, 1000, "");
+    const waits = [ws, attempt].filter(Boolean).map((sock) => waitAtMost(this._socketClosed.get(sock), CLOSE_WAIT_MS));
+    if (!ws && !ended && session) waits.push(this._endOnGateway(session));
+    await Promise.all(waits);
   }
 
   // ----------------------------------------------------------------------- functions
@@ -1089,6 +1146,33 @@ export class GatewayClient {
   }
 
   /**
+   * Voice barge-in: the user heard only the first `heardChars` characters of the latest
+   * response's text (its deltas joined, in code points: `[...text].length`). The gateway
+   * stops it if it still runs and keeps only that much of it in the history, so the model
+   * does not believe it said what was never heard. Sent again after a resume until the
+   * gateway answers (`response.truncated`, or an `error` naming the returned id).
+   * @param {number} heardChars
+   * @param {{responseId?: string}} [options] The response; default: the latest one this
+   *   client saw start (`latestResponse`).
+   * @returns {Promise<string>} The message's id.
+   * @throws {ClientError} no response started yet.
+   */
+  async truncate(heardChars, { responseId } = {}) {
+    const target = responseId ?? this._latestResponse;
+    if (target == null) throw new ClientError("no response to truncate yet");
+    const id = randomId("trn_");
+    const msg = { type: "response.truncate", id, response_id: target, heard_chars: heardChars };
+    this._unanswered.set(id, msg);
+    this._send(msg);
+    return id;
+  }
+
+  /** The id of the latest response that started, or `null`. @type {string | null} */
+  get latestResponse() {
+    return this._latestResponse;
+  }
+
+  /**
    * Stop the running response (barge-in). Sent only while connected: a cancel is not resent.
    * @param {string} [responseId] Cancel only if this is the running response.
    * @returns {Promise<void>}
@@ -1203,7 +1287,10 @@ export class GatewayClient {
   }
 
   /**
-   * Open a socket and route its events. `close` gets `opened` = whether it ever opened.
+   * Open a socket and route its events. `close` comes once per socket, with `opened` =
+   * whether it ever opened: for a close event, or for an `error` event before the open
+   * (Node 20's WebSocket fires only that when the upgrade fails). Nothing comes from a
+   * socket after `_drop()`.
    * @param {any} on the handlers: open, frame, close
    * @param {string | undefined} token offered as the `gateway.token.<token>` subprotocol
    * @returns {any} the socket, or null when the constructor threw (then `close` follows).
@@ -1222,22 +1309,39 @@ export class GatewayClient {
     /** @type {() => void} */
     let markClosed = () => {};
     this._socketClosed.set(ws, new Promise((resolve) => (markClosed = resolve)));
+    const end = (/** @type {number} */ code, /** @type {string} */ reason) => {
+      if (closed) return false;
+      closed = true;
+      markClosed();
+      if (!this._dropped.has(ws)) on.close(ws, code, reason, opened);
+      return true;
+    };
     ws.onopen = () => {
-      if (opened || closed) return;
+      if (opened || closed || this._dropped.has(ws)) return;
       opened = true;
       on.open(ws);
     };
     ws.onmessage = (/** @type {{data: any}} */ e) => {
-      if (opened && !closed) on.frame(ws, e.data);
+      if (opened && !closed && !this._dropped.has(ws)) on.frame(ws, e.data);
     };
-    ws.onerror = () => {}; // a close event follows
+    ws.onerror = () => {
+      // After the open a close event follows; before it, one may never come.
+      if (!opened && end(1006, "could not connect to the gateway")) safeClose(ws, 4000, "");
+    };
     ws.onclose = (/** @type {{code?: number, reason?: string}} */ e) => {
-      if (closed) return;
-      closed = true;
-      markClosed();
-      on.close(ws, e?.code ?? 1006, e?.reason ?? "", opened);
+      end(e?.code ?? 1006, e?.reason ?? "");
     };
     return ws;
+  }
+
+  /**
+   * Give up on a socket: ignore its events from now on and close it (with 1000 only when
+   * that is meant: 1000 ends the session of a socket the gateway attached to it).
+   */
+  _drop(ws, code, reason) {
+    if (!ws) return;
+    this._dropped.add(ws);
+    safeClose(ws, code, reason);
   }
 
   _onFrame(data) {
@@ -1266,12 +1370,18 @@ export class GatewayClient {
         this._session = event;
         this._agent = event.agent;
         this._created?.resolve(event);
+        this._startWatch?.settle("ok");
         break;
       case "agent.transferred":
         this._agent = event.agent;
         break;
       case "error":
-        if (this._session === null && this._created) this._created.reject(new ServerError(event));
+        if (this._session === null && this._created) {
+          // session.start refused (invalid_message, forbidden...): not sent again
+          this._refused = true;
+          this._created.reject(new ServerError(event));
+          this._startWatch?.settle("ok");
+        }
         if (event.in_reply_to) {
           this._unanswered.delete(event.in_reply_to);
           this._onRunRefused(event);
@@ -1279,6 +1389,7 @@ export class GatewayClient {
         }
         break;
       case "session.updated":
+      case "response.truncated":
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
         break;
       case "tool.calls":
@@ -1300,6 +1411,7 @@ export class GatewayClient {
         this._answers.delete(event.call_id);
         break;
       case "response.created":
+        this._latestResponse = event.response_id;
         if (event.in_reply_to) this._unanswered.delete(event.in_reply_to);
         break;
     }
@@ -1488,41 +1600,198 @@ export class GatewayClient {
     }
   }
 
-  /** The attached socket closed. */
+  /**
+   * The attached socket closed. A session.start waiting for its answer on it failed (its
+   * owner tries again); otherwise the loop resumes the session, or opens a new socket for
+   * one not started yet.
+   */
   _onDrop(ws, code, reason) {
     if (ws !== this._ws) return;
     this._ws = null;
-    if (this._closing || this._end) return;
-    if (FINAL_CLOSE_CODES.has(code) || !this._reconnect || this._session === null) {
-      this._finish(new SessionClosed(code, reason));
+    const watch = this._startWatch;
+    this._startWatch = null;
+    if (this._closing || this._end) {
+      watch?.settle("stop");
       return;
     }
-    this._reconnectLoop();
+    if (FINAL_CLOSE_CODES.has(code) || !this._reconnect || (this._session === null && this._refused)) {
+      this._finish(new SessionClosed(code, reason));
+      watch?.settle("stop");
+      return;
+    }
+    if (watch) {
+      watch.settle(new SessionClosed(code, reason));
+      return;
+    }
+    this._retryLoop();
   }
 
-  /** Resume with backoff and full jitter until it works, close() or a final code. */
-  async _reconnectLoop() {
-    this._setState("reconnecting");
+  /**
+   * Attempt with backoff and full jitter until a socket is attached, close(), a final code,
+   * or `giveUpAfter`: a resume once the session exists, else a new socket (which sends
+   * session.start when start() was asked). The first connect, a drop before
+   * session.created and a drop after it all go through here.
+   */
+  async _retryLoop() {
     let ceiling = Math.min(FIRST_RECONNECT_DELAY_MS, this._maxDelay);
     while (!this._closing && !this._end) {
-      const outcome = await this._resumeOnce();
-      if (outcome !== "retry" || this._closing || this._end) return;
+      this._setState(this._everOpened ? "reconnecting" : "connecting");
+      const outcome = this._session ? await this._resumeOnce() : await this._openOnce();
+      if (!(outcome instanceof SessionClosed) || this._closing || this._end) return;
+      if (!this._reconnect) {
+        this._finish(outcome); // only the first connect gets here: a drop without reconnect ends in _onDrop
+        return;
+      }
+      if (this._failed()) return;
       await this._sleep(Math.random() * ceiling); // jitter: no thundering herd
       ceiling = Math.min(ceiling * 2, this._maxDelay);
     }
   }
 
   /**
-   * One attempt: get the token, open a socket, send session.resume, wait for the answer.
-   * @returns {Promise<"resumed" | "retry" | "stop">}
+   * Count a failed attempt; past `giveUpAfter` of failures in a row, end the conversation.
+   * @returns {boolean} whether it gave up.
+   */
+  _failed() {
+    const at = now();
+    if (this._failingSince === null) this._failingSince = at;
+    if (at - this._failingSince < this._giveUpAfter) return false;
+    this._finish(new SessionClosed(1006, `could not reach the gateway for ${this._giveUpAfter / 1000} s`));
+    return true;
+  }
+
+  /** A socket's upgrade was answered: the gateway is reachable, failures count anew. */
+  _reached() {
+    this._failingSince = null;
+    this._everOpened = true;
+  }
+
+  /** Whether a session.start is due on the next socket (asked for, not answered yet). */
+  _startWanted() {
+    return this._created !== null && this._session === null && !this._refused && !this._attaching;
+  }
+
+  /**
+   * One attempt for a session not created yet: get the token, open a socket and attach it;
+   * if start() was asked, send session.start on it and wait for the answer.
+   * @returns {Promise<"ok" | "stop" | SessionClosed>} a SessionClosed: the attempt failed.
+   */
+  async _openOnce() {
+    let token = this._token;
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch (err) {
+        const error = new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
+        if (this._everOpened) return error; // the app's backend is not reachable (yet)
+        this._finish(error);
+        return "stop";
+      }
+      if (this._closing || this._end) return "stop";
+    }
+    const dialedAt = now();
+    return new Promise((resolve) => {
+      /** @type {any} */
+      let timer = null;
+      /** @type {any} */
+      let ws = null;
+      const settle = (/** @type {any} */ outcome) => {
+        clearTimeout(timer);
+        if (this._pending?.ws === ws) this._pending = null;
+        resolve(outcome);
+      };
+      ws = this._dial(
+        {
+          open: (/** @type {any} */ sock) => {
+            clearTimeout(timer);
+            if (this._pending?.ws === sock) this._pending = null;
+            this._reached(); // (close() drops an attempt in flight: it never opens after that)
+            this._ws = sock;
+            this._setState("open");
+            this._connected?.resolve();
+            if (this._ws !== sock || this._end) {
+              resolve("stop"); // a "connection" listener closed, or the socket went
+            } else if (this._startWanted()) {
+              // At once: a drop from now on settles the watch of the start this attempt awaits.
+              resolve(this._sendStart(Math.max(dialedAt, this._startAskedAt)));
+            } else {
+              resolve("ok");
+            }
+          },
+          frame: (sock, data) => {
+            if (sock === this._ws) this._onFrame(data);
+          },
+          close: (/** @type {any} */ sock, /** @type {number} */ code, /** @type {string} */ reason, /** @type {boolean} */ opened) => {
+            if (opened) this._onDrop(sock, code, reason);
+            else settle(new SessionClosed(code, reason || "could not connect to the gateway"));
+          },
+        },
+        token,
+      );
+      this._pending = {
+        ws,
+        stop: () => {
+          this._drop(ws, 1000, ""); // no session on it: a normal close ends nothing
+          settle("stop");
+        },
+      };
+      timer = setTimeout(() => {
+        this._drop(ws, 4000, "no answer to the upgrade");
+        settle(new SessionClosed(1006, "no answer to the upgrade"));
+      }, this._attemptTimeout);
+    });
+  }
+
+  /**
+   * Send session.start on the attached socket, then the session.update messages not answered
+   * yet (a session started anew must get them too).
+   * @param {number} from When the answer's `attemptTimeout` began (the dial, or start()).
+   * @returns {Promise<"ok" | "stop" | SessionClosed>} "ok" once answered (session.created,
+   *   or an error refusing it); a SessionClosed when the socket dropped first or no answer
+   *   came in time (then the socket is closed with 4000): the attempt failed.
+   */
+  _sendStart(from) {
+    const ws = this._ws;
+    if (ws === null || this._end) return Promise.resolve("stop");
+    return new Promise((resolve) => {
+      /** @type {any} */
+      let timer = null;
+      const watch = {
+        settle: (/** @type {any} */ outcome) => {
+          clearTimeout(timer);
+          if (this._startWatch === watch) this._startWatch = null;
+          resolve(outcome);
+        },
+      };
+      this._startWatch = watch;
+      timer = setTimeout(() => {
+        this._drop(ws, 4000, "no answer to session.start"); // not 1000: that ends a session
+        this._onDrop(ws, 1006, "no answer to session.start");
+      }, Math.max(0, from + this._attemptTimeout - now()));
+      this._sendQuiet({ type: "session.start", ...this._startFields, client_functions: this._specs() });
+      for (const msg of [...this._unanswered.values()]) this._sendQuiet(msg);
+    });
+  }
+
+  /** The first session.start, on the socket connect() opened; if it fails, the loop goes on. */
+  async _startOnAttached() {
+    const outcome = await this._sendStart(this._startAskedAt);
+    if (!(outcome instanceof SessionClosed) || this._closing || this._end) return;
+    if (!this._failed()) this._retryLoop();
+  }
+
+  /**
+   * One resume attempt: get the token, open a socket, send session.resume, wait for the answer.
+   * @returns {Promise<"resumed" | "stop" | SessionClosed>} a SessionClosed: the attempt failed.
    */
   async _resumeOnce() {
     let token = this._token;
     if (typeof token === "function") {
       try {
         token = await token();
-      } catch {
-        return "retry"; // the app's backend is not reachable (yet): like the gateway
+      } catch (err) {
+        // the app's backend is not reachable (yet): like the gateway
+        return new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
       }
       if (this._closing || this._end) return "stop";
     }
@@ -1531,83 +1800,131 @@ export class GatewayClient {
 
   /**
    * @param {string | undefined} token
-   * @returns {Promise<"resumed" | "retry" | "stop">}
+   * @returns {Promise<"resumed" | "stop" | SessionClosed>}
    */
   _resumeWith(token) {
+    const session = /** @type {SessionCreated} */ (this._session);
     return new Promise((resolve) => {
-      /** @type {"dialing" | "waiting" | "gap" | "live" | "abandoned"} */
+      /** @type {"dialing" | "waiting" | "gap" | "live"} */
       let phase = "dialing";
       /** @type {any} */
       let gap = null;
       /** @type {any} */
       let timer = null;
-      const settle = (/** @type {"resumed" | "retry" | "stop"} */ outcome) => {
+      /** @type {any} */
+      let ws = null;
+      const settle = (/** @type {any} */ outcome) => {
         clearTimeout(timer);
-        if (this._pending === ws) this._pending = null;
+        if (this._pending?.ws === ws) this._pending = null;
         resolve(outcome);
       };
-      const ws = this._dial({
-        open: (sock) => {
-          if (this._closing || this._end) return; // close() closes it
-          phase = "waiting";
-          const session = /** @type {SessionCreated} */ (this._session);
-          try {
-            sock.send(
-              JSON.stringify({
-                type: "session.resume",
-                session_id: session.session_id,
-                resume_token: session.resume_token,
-                last_seq: this._lastSeq,
-              }),
-            );
-          } catch {
-            // the close event follows
-          }
-          timer = setTimeout(() => {
-            phase = "abandoned";
-            safeClose(sock, 4000, "no answer to session.resume"); // not 1000: that ends the session
-            settle("retry");
-          }, RESUME_ANSWER_TIMEOUT_MS);
+      ws = this._dial(
+        {
+          open: (/** @type {any} */ sock) => {
+            this._reached();
+            phase = "waiting";
+            try {
+              sock.send(JSON.stringify(resumeOf(session, this._lastSeq)));
+            } catch {
+              // the close event follows
+            }
+          },
+          frame: (/** @type {any} */ sock, /** @type {any} */ data) => {
+            if (phase === "live") {
+              if (sock === this._ws) this._onFrame(data);
+              return;
+            }
+            if (this._closing || this._end || (phase !== "waiting" && phase !== "gap")) return;
+            const event = parseEvent(data);
+            if (!event) return;
+            if (phase === "waiting" && event.type === "error" && event.code === "resume_gap") {
+              gap = event; // session.snapshot follows
+              phase = "gap";
+              return;
+            }
+            phase = "live";
+            this._ws = sock;
+            if (!this._attaching) this._reconnects += 1;
+            settle("resumed");
+            this._setState("open");
+            this._afterResume(event, gap);
+          },
+          close: (/** @type {any} */ sock, /** @type {number} */ code, /** @type {string} */ reason) => {
+            if (phase === "live") {
+              this._onDrop(sock, code, reason);
+            } else if (this._closing || this._end) {
+              settle("stop");
+            } else if (FINAL_CLOSE_CODES.has(code)) {
+              this._finish(new SessionClosed(code, reason));
+              settle("stop");
+            } else {
+              settle(new SessionClosed(code, reason || "could not reach the gateway")); // wait and try again
+            }
+          },
         },
-        frame: (sock, data) => {
-          if (phase === "live") {
-            if (sock === this._ws) this._onFrame(data);
-            return;
-          }
-          if (phase !== "waiting" && phase !== "gap") return;
-          const event = parseEvent(data);
-          if (!event) return;
-          if (phase === "waiting" && event.type === "error" && event.code === "resume_gap") {
-            gap = event; // session.snapshot follows
-            phase = "gap";
-            return;
-          }
-          phase = "live";
-          this._pending = null;
-          this._ws = sock;
-          if (!this._attaching) this._reconnects += 1;
-          this._setState("open");
-          settle("resumed");
-          this._afterResume(event, gap);
+        token,
+      );
+      this._pending = {
+        ws,
+        stop: () => {
+          this._drop(ws, 4000, "the client is closing"); // not 1000 before the answer: see _endOnGateway
+          settle("stop");
         },
-        close: (sock, code, reason) => {
-          if (phase === "live") {
-            this._onDrop(sock, code, reason);
-            return;
-          }
-          if (phase === "abandoned") return;
-          if (this._closing || this._end) {
-            settle("stop");
-          } else if (FINAL_CLOSE_CODES.has(code)) {
-            this._finish(new SessionClosed(code, reason));
-            settle("stop");
-          } else {
-            settle("retry"); // the gateway is not reachable yet: wait and try again
-          }
-        },
-      }, token);
-      this._pending = ws;
+      };
+      timer = setTimeout(() => {
+        const why = phase === "dialing" ? "no answer to the upgrade" : "no answer to session.resume";
+        this._drop(ws, 4000, why); // not 1000: that ends the session
+        settle(new SessionClosed(1006, why));
+      }, this._attemptTimeout);
     });
+  }
+
+  /**
+   * End a session that has no socket (close() between attempts, or during one): a
+   * short-lived socket sends session.resume and, once the gateway answered (session.resumed,
+   * or resume_gap then session.snapshot), closes with 1000, which ends the session at once.
+   * Within CLOSE_WAIT_MS; any failure is ignored (the gateway then ends the session after its
+   * session_ttl). Nothing of it reaches the listeners.
+   * @param {SessionCreated} session
+   */
+  async _endOnGateway(session) {
+    /** @type {any} */
+    let ws = null;
+    let answered = false;
+    let late = false;
+    const ending = (async () => {
+      const token = typeof this._token === "function" ? await this._token() : this._token;
+      if (late) return;
+      await new Promise((resolve) => {
+        let gap = false;
+        ws = this._dial(
+          {
+            open: (/** @type {any} */ sock) => {
+              try {
+                sock.send(JSON.stringify(resumeOf(session, this._lastSeq)));
+              } catch {
+                // the close event follows
+              }
+            },
+            frame: (/** @type {any} */ sock, /** @type {any} */ data) => {
+              const event = parseEvent(data);
+              if (!event || answered) return;
+              if (!gap && event.type === "error" && event.code === "resume_gap") {
+                gap = true; // session.snapshot follows
+                return;
+              }
+              answered = true;
+              safeClose(sock, 1000, ""); // the gateway ends the session
+            },
+            close: () => resolve(undefined),
+          },
+          token,
+        );
+      });
+    })();
+    await waitAtMost(ending.catch(() => {}), CLOSE_WAIT_MS);
+    late = true;
+    if (!answered) this._drop(ws, 4000, ""); // never 1000 before the answer
   }
 
   /** The first answer to session.resume (after a resume_gap error, the snapshot) arrived. */
@@ -1650,6 +1967,8 @@ export class GatewayClient {
     if (this._end) return;
     this._end = error;
     this._wake?.();
+    this._pending?.stop();
+    this._startWatch?.settle("stop");
     for (const abort of [...this._running.values(), ...this._asking.values()]) abort.abort(error);
     this._connected?.reject(error);
     this._created?.reject(error);
@@ -1873,6 +2192,21 @@ function randomId(prefix) {
   }
   const b64 = btoa(String.fromCharCode(...bytes));
   return prefix + b64.replace(/\+/g, "-").replace(/\//g, "_");
+}
+
+/** A monotonic clock, ms. */
+function now() {
+  return globalThis.performance?.now ? globalThis.performance.now() : Date.now();
+}
+
+/** The session.resume of `session` from `lastSeq`. */
+function resumeOf(session, lastSeq) {
+  return {
+    type: "session.resume",
+    session_id: session.session_id,
+    resume_token: session.resume_token,
+    last_seq: lastSeq,
+  };
 }
 
 function safeClose(ws, code, reason) {

@@ -109,6 +109,14 @@ class FakeGateway {
     this.accepted = [];
     /** Refuse this many of the next attempts (they close with 1006 before opening). */
     this.refuse = 0;
+    /**
+     * What the next attempts get, in order (before `refuse`): "open"; "refuse" (a close with
+     * 1006 before the open); "error" (only an error event, as Node 20's WebSocket does when
+     * the upgrade fails); "error+close" (an error, then a close with 1006); "hang" (no answer
+     * ever: the socket stays connecting until the client closes it).
+     * @type {Array<"open" | "refuse" | "error" | "error+close" | "hang">}
+     */
+    this.plan = [];
     this._waiters = [];
     const gateway = this;
     this.WebSocket = class extends FakeSocket {
@@ -119,13 +127,22 @@ class FakeGateway {
   }
 
   _arrive(sock) {
-    if (sock.readyState === 3) {
-      // the client gave up on it while connecting
+    let mode = "open";
+    if (this.plan.length > 0) {
+      mode = this.plan.shift();
     } else if (this.refuse > 0) {
       this.refuse -= 1;
+      mode = "refuse";
+    }
+    if (sock.readyState === 3) {
+      // the client gave up on it while connecting
+    } else if (mode === "refuse" || mode === "error+close") {
       sock.readyState = 3;
+      if (mode === "error+close") sock.onerror?.({ type: "error" });
       sock.onclose?.({ code: 1006, reason: "", wasClean: false });
-    } else {
+    } else if (mode === "error") {
+      sock.onerror?.({ type: "error" }); // and nothing else: readyState stays 0
+    } else if (mode === "open") {
       sock.readyState = 1;
       sock.protocol = sock.protocols?.includes("gateway.v1") ? "gateway.v1" : "";
       this.accepted.push(sock);
@@ -326,7 +343,7 @@ test("start() rejects with ServerError when the gateway refuses session.start", 
   await conv.close();
 });
 
-test("the connect() helper gives a connected client; an unreachable gateway rejects it", async () => {
+test("the connect() helper gives a connected client; without reconnect an unreachable gateway rejects it", async () => {
   const gw = new FakeGateway();
   const conv = await connect(URL, { WebSocketImpl: gw.WebSocket });
   assert.equal(conv.state, "open");
@@ -335,9 +352,31 @@ test("the connect() helper gives a connected client; an unreachable gateway reje
 
   const down = new FakeGateway();
   down.refuse = 1;
-  const lost = new GatewayClient(URL, { WebSocketImpl: down.WebSocket });
+  const lost = new GatewayClient(URL, { WebSocketImpl: down.WebSocket, reconnect: false });
   await assert.rejects(lost.connect(), (err) => err instanceof SessionClosed && err.closedWith === 1006);
   assert.equal(lost.state, "closed");
+  assert.equal(down.attempts.length, 1);
+});
+
+test("a first dial that fails with only an error event, or never opens, is tried again until one opens", async () => {
+  const gw = new FakeGateway();
+  gw.plan = ["error", "error+close", "hang", "refuse"];
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, attemptTimeout: 50, maxReconnectDelay: 5 });
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  await conv.connect();
+  assert.equal(gw.attempts.length, 5);
+  assert.equal(conv.state, "open");
+  assert.deepEqual(states, ["connecting", "open"]);
+  // the one that hung was dropped at attemptTimeout, never closed with 1000
+  assert.equal(gw.attempts[2].closedByClient.code, 4000);
+  const sock = await gw.socket(0);
+  assert.equal(sock, gw.attempts[4]);
+  const starting = conv.start();
+  await sock.next("session.start");
+  sock.push(created(1));
+  assert.equal((await starting).session_id, "sess_1");
+  await conv.close();
 });
 
 // ----------------------------------------------------------------------- talking
@@ -1519,6 +1558,240 @@ test("resume_gap then session.snapshot: say() throws ResumeGap, the cursor jumps
   await conv.close();
 });
 
+// ----------------------------------------------------------------------- attempts that fail
+
+/** A text reply to user message `msg` (response.created, one delta, response.done) from `seq`. */
+const reply = (msg, text, seq) => [
+  { type: "response.created", response_id: "resp_1", in_reply_to: msg.id, seq },
+  { type: "text.delta", response_id: "resp_1", delta: text, seq: seq + 1 },
+  { type: "response.done", response_id: "resp_1", status: "completed", turn_completed: true, seq: seq + 2 },
+];
+
+test("a drop before session.created sends session.start again on a new socket, functions and options included", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, agent: "demo", toolChoice: "required" });
+  conv.clientFunction("device_a", () => ({ value: "a" }));
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  const answer = collect(conv.say("echo hi"));
+  const sock = await gw.socket(0);
+  const first = await sock.next("session.start");
+  assert.equal(first.agent, "demo");
+  assert.equal(first.tool_choice, "required");
+  conv.clientFunction("device_b", () => ({ value: "b" })); // after session.start went: an update
+  const update = await sock.next("session.update");
+  sock.drop(1006); // the gateway may never have seen session.start, or its answer was lost
+
+  const sock2 = await gw.socket(1);
+  assert.deepEqual(await sock2.next("session.start"), {
+    ...first,
+    client_functions: update.client_functions, // every function registered by now
+  });
+  assert.deepEqual(await sock2.next("session.update"), update); // not answered yet: sent again
+  sock2.push(created(1));
+  const msg = await sock2.next("user.message");
+  sock2.push(...reply(msg, "hi", 2));
+  assert.deepEqual(await answer, ["hi"]);
+  assert.deepEqual(states, ["connecting", "open", "reconnecting", "open"]);
+  assert.equal(conv.reconnects, 0); // not a resume
+  assert.equal(gw.attempts.length, 2);
+  await conv.close();
+  assert.deepEqual(sock2.closedByClient, { code: 1000, reason: "" });
+});
+
+test("a session.start unanswered within attemptTimeout is dropped with 4000 and sent again with backoff", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, attemptTimeout: 50, maxReconnectDelay: 5 });
+  await conv.connect();
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  await sock.next("session.start"); // and no answer
+  gw.refuse = 2; // then the gateway is down for a while
+  const sock2 = await gw.socket(1);
+  assert.deepEqual(sock.closedByClient, { code: 4000, reason: "no answer to session.start" });
+  assert.equal(gw.attempts.length, 4);
+  await sock2.next("session.start");
+  sock2.push(created(1));
+  assert.equal((await starting).session_id, "sess_1");
+  await conv.close();
+});
+
+test("before session.created a final close ends the conversation and a refused start is not sent again", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket });
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  await sock.next("session.start");
+  sock.drop(1011); // not final: sent again
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.start");
+  sock2.drop(4001, "token expired");
+  await assert.rejects(starting, (err) => err instanceof SessionClosed && err.closedWith === 4001);
+  assert.equal(gw.attempts.length, 2);
+  assert.equal(conv.state, "closed");
+
+  const gw2 = new FakeGateway();
+  const refused = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket, agent: "nope" });
+  const starting2 = refused.start();
+  const sock3 = await gw2.socket(0);
+  await sock3.next("session.start");
+  sock3.push({ type: "error", code: "invalid_message", message: "unknown agent 'nope'", seq: 1 });
+  await assert.rejects(starting2, ServerError);
+  sock3.drop(1006);
+  await flush();
+  assert.equal(gw2.attempts.length, 1);
+  assert.equal(refused.state, "closed");
+});
+
+test("a resume attempt that fails with only an error event, or never opens, or is not answered, is retried", async () => {
+  const { gw, conv, sock } = await started({ attemptTimeout: 50, maxReconnectDelay: 5 });
+  gw.plan = ["error", "hang", "error+close", "open"];
+  sock.drop(1006);
+  const unanswered = await gw.socket(1);
+  await unanswered.next("session.resume"); // and no answer
+  const sock2 = await gw.socket(2);
+  assert.equal(gw.attempts.length, 6);
+  assert.equal(gw.attempts[2].closedByClient.code, 4000); // hung: dropped, never with 1000
+  assert.deepEqual(unanswered.closedByClient, { code: 4000, reason: "no answer to session.resume" });
+  await sock2.next("session.resume");
+  sock2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  await conv.close();
+});
+
+test("after giveUpAfter of failed attempts the conversation ends, saying so", async () => {
+  const down = new FakeGateway();
+  down.refuse = Infinity;
+  const never = new GatewayClient(URL, { WebSocketImpl: down.WebSocket, giveUpAfter: 100, maxReconnectDelay: 5 });
+  const began = performance.now();
+  const gaveUp = (err) =>
+    err instanceof SessionClosed && err.closedWith === 1006 && err.reason === "could not reach the gateway for 0.1 s";
+  await assert.rejects(never.connect(), gaveUp);
+  assert.ok(performance.now() - began >= 100);
+  assert.ok(down.attempts.length > 2);
+  assert.equal(never.state, "closed");
+  await assert.rejects(never.start(), gaveUp);
+  await assert.rejects(never.events().next(), gaveUp);
+
+  const { gw, conv, sock } = await started({ giveUpAfter: 1500, maxReconnectDelay: 5 });
+  const states = [];
+  conv.on("connection", (e) => states.push(e));
+  sock.drop(1006);
+  gw.refuse = Infinity;
+  const answer = collect(conv.say("echo hi"));
+  await assert.rejects(answer, (err) => err instanceof SessionClosed && err.reason === "could not reach the gateway for 1.5 s");
+  assert.deepEqual(states.map((e) => e.state), ["reconnecting", "closed"]);
+  assert.equal(states[1].error.closedWith, 1006);
+  await assert.rejects(collect(conv.say("again")), SessionClosed);
+  await assert.rejects(conv.start(), SessionClosed);
+  await assert.rejects(conv.connect(), SessionClosed);
+  const attempts = gw.attempts.length;
+  await conv.close(); // the gateway was unreachable: no socket to end the session with
+  assert.equal(gw.attempts.length, attempts);
+});
+
+test("an attempt whose upgrade is answered starts the give-up count anew", async (t) => {
+  let clock = 1000;
+  t.mock.method(performance, "now", () => clock);
+  const { gw, conv, sock } = await started({ giveUpAfter: 100, maxReconnectDelay: 1 });
+  gw.refuse = Infinity;
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length >= 3); // failing since 1000
+  clock = 1090;
+  await gw.until(() => gw.attempts.length >= 5);
+  gw.refuse = 0; // one reaches the gateway, then drops before the answer
+  const reached = await gw.socket(1);
+  await reached.next("session.resume");
+  clock = 1150; // 150 after the first failure, 0 after the gateway answered an upgrade
+  gw.refuse = Infinity;
+  reached.drop(1006);
+  let attempts = gw.attempts.length;
+  await gw.until(() => gw.attempts.length >= attempts + 2);
+  clock = 1240;
+  attempts = gw.attempts.length;
+  await gw.until(() => gw.attempts.length >= attempts + 2);
+  assert.equal(conv.state, "reconnecting");
+  clock = 1260; // 110 since the attempts began failing again
+  await assert.rejects(conv.events().next(), (err) => err instanceof SessionClosed && err.reason === "could not reach the gateway for 0.1 s");
+});
+
+test("close() between attempts ends the session with a short-lived socket: session.resume, then 1000", async (t) => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 10_000 });
+  t.mock.method(Math, "random", () => 0.999);
+  const seen = [];
+  conv.on("*", (e) => seen.push(e.type));
+  conv.on("session.resumed", (e) => seen.push(e.type));
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  gw.refuse = 1;
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length === 2); // refused: the loop waits ~50 ms
+  await flush();
+  const closing = conv.close();
+  const end = await gw.socket(1);
+  assert.deepEqual(await end.next("session.resume"), {
+    type: "session.resume",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 1,
+  });
+  await flush();
+  assert.equal(end.closedByClient, null); // not before the answer
+  end.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 }, pong(2));
+  assert.deepEqual(end.closedByClient, { code: 1000, reason: "" }); // the gateway ends the session
+  await closing;
+  assert.deepEqual(seen, []); // nothing of it reached the listeners
+  assert.deepEqual(states, ["reconnecting", "closed"]);
+  assert.equal(gw.attempts.length, 3);
+  assert.equal(conv.reconnects, 0);
+});
+
+test("close() during a resume attempt drops it with 4000, then ends the session; after resume_gap it waits for the snapshot", async () => {
+  const { gw, conv, sock } = await started();
+  gw.plan = ["hang"];
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length === 2);
+  const closing = conv.close();
+  assert.equal(gw.attempts[1].closedByClient.code, 4000);
+  const end = await gw.socket(1);
+  await end.next("session.resume");
+  end.push({ type: "error", code: "resume_gap", message: "events after seq 1 are gone; rebuild from the snapshot" });
+  await flush();
+  assert.equal(end.closedByClient, null);
+  end.push({ type: "session.snapshot", session_id: "sess_1", last_seq: 3 });
+  assert.deepEqual(end.closedByClient, { code: 1000, reason: "" });
+  await closing;
+
+  // an attempt that opened and waits for its answer is dropped the same way
+  const two = await started();
+  two.sock.drop(1006);
+  const resuming = await two.gw.socket(1);
+  await resuming.next("session.resume");
+  const closing2 = two.conv.close();
+  assert.equal(resuming.closedByClient.code, 4000);
+  const end2 = await two.gw.socket(2);
+  await end2.next("session.resume");
+  end2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
+  assert.equal(end2.closedByClient.code, 1000);
+  await closing2;
+});
+
+test("close() ending a session without a socket gives up after about a second, never closing with 1000", async () => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 10_000 });
+  gw.plan = ["hang"];
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length === 2);
+  const began = performance.now();
+  const closing = conv.close();
+  const end = await gw.socket(1);
+  await end.next("session.resume"); // and no answer
+  await closing;
+  const took = performance.now() - began;
+  assert.ok(took >= 900 && took < 2000, `close() took ${took} ms`);
+  assert.equal(end.closedByClient.code, 4000);
+});
+
 // ----------------------------------------------------------------------- the end
 
 test("a final close code ends the conversation: say() throws SessionClosed, no resume", async () => {
@@ -1560,7 +1833,7 @@ test("a resume refused with 4004 ends the conversation", async () => {
   assert.equal(gw.attempts.length, 2);
 });
 
-test("without reconnect, or before the session started, any close ends the conversation", async () => {
+test("without reconnect any close ends the conversation, before session.created too", async () => {
   const { gw, conv, sock } = await started({ reconnect: false });
   sock.drop(1006);
   assert.equal(conv.state, "closed");
@@ -1568,7 +1841,7 @@ test("without reconnect, or before the session started, any close ends the conve
   assert.equal(gw.attempts.length, 1);
 
   const gw2 = new FakeGateway();
-  const early = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket });
+  const early = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket, reconnect: false });
   await early.connect();
   const starting = early.start();
   const sock2 = await gw2.socket(0);
