@@ -11,7 +11,8 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable
 
-from gateway.errors import CloseCode, TooManySessions
+from gateway.closing import Closing, closing
+from gateway.errors import TooManySessions
 from gateway.principal import ANONYMOUS
 
 __all__ = ["AddressCounter", "SessionQuota", "proxy_networks"]
@@ -115,17 +116,14 @@ class SessionQuota:
             and principal != ANONYMOUS.name
             and self._held[principal] >= self._max_per_principal
         ):
-            raise TooManySessions(
-                f"too many sessions: at most {self._max_per_principal} per client",
-                close_code=CloseCode.TOO_MANY_SESSIONS,
-                label="too_many_sessions",
+            raise _refused(
+                closing(
+                    "too_many_sessions",
+                    f"too many sessions: at most {self._max_per_principal} per client",
+                )
             )
         if self._max_total is not None and self.total >= self._max_total:
-            raise TooManySessions(
-                "gateway full: try again later",
-                close_code=CloseCode.TRY_AGAIN,
-                label="gateway_full",
-            )
+            raise _refused(closing("gateway_full"))
         self._held[principal] += 1
         self.total += 1
 
@@ -139,3 +137,7 @@ class SessionQuota:
     def held(self, principal: str) -> int:
         """Sessions ``principal`` holds now."""
         return self._held[principal]
+
+
+def _refused(close: Closing) -> TooManySessions:
+    return TooManySessions(close.reason, close_code=close.code, label=close.label)

@@ -11,7 +11,6 @@ import socket
 import time
 from importlib.resources import files
 from pathlib import Path
-from typing import NamedTuple
 
 import msgspec
 import structlog
@@ -30,10 +29,11 @@ from gateway.agent import DEMO_AGENT, Agent, load_agent, load_crew
 from gateway.auth import Authenticator
 from gateway.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.body import BodyTooLarge, body_too_large, read_body
+from gateway.closing import Closing, closing, of_error
 from gateway.config import Config
 from gateway.connection import Abort, Connection, FrameWriter, Socket
 from gateway.driver import Driver
-from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
+from gateway.errors import StoreUnavailable, TooManySessions
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.observe import LogObserver
 from gateway.openai_endpoint import OPENAI_REALTIME_PATH, openai_realtime_endpoint
@@ -84,12 +84,8 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class ResumeRefusal(NamedTuple):
-    """Why a ``session.resume`` is refused: close code, reason, label for logs."""
-
-    code: CloseCode
-    reason: str
-    label: str
+ResumeRefusal = Closing
+"""Why a ``session.resume`` is refused: close code, reason, label for logs."""
 
 
 def _caught_up(session: Session, logged: list[bytes]) -> bool:
@@ -107,9 +103,9 @@ def _check_owner(record: SessionRecord, msg: SessionResume, principal: str) -> R
     owner = hmac.compare_digest(record.principal.encode(), principal.encode())
     token = hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token))
     if not owner:
-        return ResumeRefusal(CloseCode.UNAUTHORIZED, "not the session's owner", "not_owner")
+        return closing("not_owner")
     if not token:
-        return ResumeRefusal(CloseCode.UNAUTHORIZED, "wrong resume token", "wrong_resume_token")
+        return closing("wrong_resume_token")
     return None
 
 
@@ -340,10 +336,8 @@ class Runtime:
             return await self._adopt(record)
         if driver is None or record is None:
             if await self.store.ended(msg.session_id):
-                return ResumeRefusal(
-                    CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"
-                )
-            return ResumeRefusal(CloseCode.UNKNOWN_SESSION, "unknown session", "unknown_session")
+                return closing("session_expired")
+            return closing("unknown_session")
         return _check_owner(record, msg, principal) or driver
 
     async def _still_ours(self, driver: Driver) -> bool:
@@ -380,15 +374,13 @@ class Runtime:
             del self._adopting[session_id]
 
     async def _take_over(self, record: SessionRecord) -> Driver | ResumeRefusal:
-        expired = ResumeRefusal(
-            CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"
-        )
+        expired = closing("session_expired")
         if self.closing:
-            return ResumeRefusal(CloseCode.SERVICE_RESTART, "shutting down", "shutting_down")
+            return closing("shutting_down")
         try:
             self.sessions.reserve(record.principal)
         except TooManySessions as exc:
-            return ResumeRefusal(exc.close_code, str(exc), exc.label)
+            return of_error(exc, exc.label)
         try:
             lease = await self._acquire(record.session_id)  # first: no write of theirs after
             data = await self.store.load_state(record.session_id)
@@ -494,10 +486,11 @@ class Runtime:
         except Exception:
             log.exception("session_crashed")
             if driver.connection is not None:
-                driver.connection.close(CloseCode.INTERNAL)  # our bug: no reason text
+                driver.connection.close(closing("internal").code)  # our bug: no reason text
         else:
             if driver.connection is not None and not driver.connection.closing:
-                driver.connection.close(CloseCode.NORMAL, "session ended", flush=True)
+                ended = closing("session_ended")
+                driver.connection.close(ended.code, ended.reason, flush=True)
         finally:
             if self.drivers.get(driver.session_id) is driver:
                 del self.drivers[driver.session_id]
@@ -545,9 +538,8 @@ class Runtime:
 
 
 def _shutting_down() -> TooManySessions:
-    return TooManySessions(
-        "shutting down", close_code=CloseCode.SERVICE_RESTART, label="shutting_down"
-    )
+    code, reason, label = closing("shutting_down")
+    return TooManySessions(reason, close_code=code, label=label)
 
 
 def agent_from_config(config: Config) -> Agent:

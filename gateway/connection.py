@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 import structlog
 
+from gateway.closing import Closing, closing
 from gateway.codec import Codec
-from gateway.errors import CloseCode
 from gateway.flag import Flag
 from gateway.inbox import Inbox
 from gateway.outqueue import OutboundQueue
@@ -77,8 +77,6 @@ FRAME_WRITER_SCOPE_KEY = "gateway.frame_writer"
 
 _BATCH_BYTES = 64 * 2**10
 """At most this many bytes of events go in one write (a long replay goes in several)."""
-
-_NOT_READING = "client not reading: resume to get the rest"
 
 
 class Socket(Protocol):
@@ -231,7 +229,7 @@ class Connection:
             self.pongs_owed -= 1
         if not self._queue.push(msg, data):
             log.warning("client_too_slow", queued_size=self._queue.size, merged=self._queue.merged)
-            self.close(1013, "client too slow: resume to get the rest")
+            self.end(closing("client_too_slow"))
             return False
         return True
 
@@ -249,6 +247,10 @@ class Connection:
             else:
                 self._replay.extend(self.codec.encode(decode_server(data), data))
             self._kick()
+
+    def end(self, close: Closing, *, flush: bool = False) -> None:
+        """``close`` with the code and reason of ``close`` (``gateway.closing``)."""
+        self.close(close.code, close.reason, flush=flush)
 
     def close(self, code: int, reason: str = "", *, flush: bool = False) -> None:
         """Close the socket: after what is queued (``flush``) or at once."""
@@ -384,8 +386,9 @@ class Connection:
         """A write waited ``send_timeout``: the client stopped reading; close with 1013."""
         log.warning("client_not_reading", send_timeout=self._send_timeout, queued=self._queue.size)
         if self._closing is None:
-            self._closing = (CloseCode.TRY_AGAIN, _NOT_READING)
-            self.close_code = CloseCode.TRY_AGAIN
+            code, reason, _ = closing("not_reading")
+            self._closing = (code, reason)
+            self.close_code = code
             self.close_requested.set()
         self._queue.clear()
         self._replay = None

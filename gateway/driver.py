@@ -43,8 +43,9 @@ import msgspec
 import structlog
 
 from gateway.call import Call
+from gateway.closing import closing
 from gateway.connection import Connection
-from gateway.errors import CloseCode, ProviderError, StoreUnavailable
+from gateway.errors import ProviderError, StoreUnavailable
 from gateway.event import (
     CallModel,
     CancelModel,
@@ -554,7 +555,7 @@ class Driver:
                 await self._flush()
                 if self.session.ended_by_agent and self._conn is not None:
                     # After the last answer and session.ended: a close that says why.
-                    self._conn.close(CloseCode.NORMAL, "session ended", flush=True)
+                    self._conn.end(closing("session_ended"), flush=True)
                 await self._cancel_all()
                 await self._end_in_store()
             self.quiet.set()
@@ -779,7 +780,7 @@ class Driver:
         """
         self.moved = True
         if self._conn is not None:
-            self._conn.close(CloseCode.TRY_AGAIN, "session moved to another node: resume")
+            self._conn.end(closing("session_moved"))
 
     async def _next_event(self) -> Event | _DriverEvent | _FromClient:
         expiry = self._expiry()
@@ -845,13 +846,13 @@ class Driver:
                 # from its last durable point (a step cut here runs again there).
                 self.moved = True
                 if self._conn is not None:
-                    self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
+                    self._conn.end(closing("service_restart"), flush=True)
                 await self._release()
             case _Stop():
                 self._apply(ShuttingDown())
                 await self._flush()
                 if self._conn is not None:
-                    self._conn.close(CloseCode.SERVICE_RESTART, "service restart", flush=True)
+                    self._conn.end(closing("service_restart"), flush=True)
                 self._apply(Disconnected())
                 await self._flush()
             case _TakePosts():
@@ -909,7 +910,7 @@ class Driver:
         replaced = self._conn if self._conn is not conn else None
         if replaced is not None:
             log.info("session_taken_over")
-            replaced.close(CloseCode.TAKEN_OVER, "session taken over by a new socket")
+            replaced.end(closing("taken_over"))
         self._conn, self._detached_at = conn, None
         self._tell(
             lambda observer, now: observer.attached(

@@ -23,8 +23,9 @@ import structlog
 from starlette.websockets import WebSocket
 
 from gateway.auth import AuthError
+from gateway.closing import Closing, closing, of_error
 from gateway.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
-from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
+from gateway.errors import StoreUnavailable, TooManySessions
 from gateway.openai_realtime import OpenAIRealtimeCodec
 from gateway.principal import Principal
 from gateway.protocol import DecodeFailure, Inbound, SessionStart
@@ -51,12 +52,10 @@ async def openai_realtime_endpoint(websocket: WebSocket) -> None:
     """``GET /v1/openai/realtime[?model=...]``: one session per socket."""
     runtime: Runtime = websocket.app.state.runtime
     if (refusal := runtime.origins.check(websocket.scope)) is not None:
-        code = CloseCode.POLICY if refusal.kind == "host" else CloseCode.FORBIDDEN_ORIGIN
-        await _refuse(runtime, websocket, code, refusal.reason, label=refusal.label)
+        await _refuse(runtime, websocket, closing(refusal.label, refusal.reason))
         return
     if runtime.closing:
-        reason, label = "shutting down", "shutting_down"
-        await _refuse(runtime, websocket, CloseCode.SERVICE_RESTART, reason, label=label)
+        await _refuse(runtime, websocket, closing("shutting_down"))
         return
     offered: list[str] = websocket.scope.get("subprotocols") or []
     keys = [p[len(_KEY_PREFIX) :] for p in offered if p.startswith(_KEY_PREFIX)]
@@ -70,7 +69,7 @@ async def openai_realtime_endpoint(websocket: WebSocket) -> None:
             now=time.time(),
         )
     except AuthError as exc:
-        await _refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
+        await _refuse(runtime, websocket, of_error(exc, exc.label))
         return
     model = query.get("model") or runtime.agent.name
     address = websocket.client.host if websocket.client is not None else None
@@ -78,8 +77,7 @@ async def openai_realtime_endpoint(websocket: WebSocket) -> None:
         await _serve(runtime, websocket, principal, model)
         return
     if not runtime.sockets.acquire(address):
-        reason = "too many sockets from this address"
-        await _refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
+        await _refuse(runtime, websocket, closing("too_many_sockets"))
         return
     try:
         await _serve(runtime, websocket, principal, model)
@@ -87,10 +85,8 @@ async def openai_realtime_endpoint(websocket: WebSocket) -> None:
         runtime.sockets.release(address)
 
 
-async def _refuse(
-    runtime: Runtime, websocket: WebSocket, code: CloseCode, reason: str, *, label: str
-) -> None:
-    await refuse(runtime, websocket, code, reason, label=label, protocol=_SUBPROTOCOL)
+async def _refuse(runtime: Runtime, websocket: WebSocket, close: Closing) -> None:
+    await refuse(runtime, websocket, close, protocol=_SUBPROTOCOL)
 
 
 async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, model: str) -> None:
@@ -139,7 +135,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
     finally:
         await reader.aclose()
         if not conn.closing:
-            conn.close(CloseCode.NORMAL)
+            conn.close(closing("done").code)
         await conn.done.wait()
         await conn.aclose()
 

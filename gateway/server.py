@@ -40,9 +40,9 @@ from websockets.exceptions import InvalidState
 from websockets.http11 import Request
 from websockets.protocol import State
 
+from gateway.closing import closing
 from gateway.config import Config
 from gateway.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY
-from gateway.errors import CloseCode
 
 __all__ = ["GatewayHttpProtocol", "GatewayWebSocketProtocol", "fit_open_file_limit", "protocols"]
 
@@ -245,7 +245,8 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.close_sent or self.transport.is_closing():
             return
         log.info("ping_timed_out", ping_timeout=self.ping_timeout)
-        self._close(CloseCode.TRY_AGAIN, "no pong in time: resume to get the rest")
+        code, reason, _ = closing("no_pong")
+        self._close(code, reason)
 
     def _close(self, code: int, reason: str) -> None:
         """Start the closing handshake without waiting for the peer; abort if it stalls."""

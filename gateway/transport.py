@@ -24,6 +24,7 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketState
 
 from gateway.auth import AuthError
+from gateway.closing import Closing, closing, of_error
 from gateway.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
 from gateway.errors import CloseCode, StoreUnavailable, TooManySessions
 from gateway.flag import Flag
@@ -79,18 +80,15 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if (refusal := runtime.origins.check(websocket.scope)) is not None:
         # A foreign Host (DNS rebinding) is refused at the handshake; a foreign Origin
         # is told why, with 4003, so that the page's developer can see it.
-        code = CloseCode.POLICY if refusal.kind == "host" else CloseCode.FORBIDDEN_ORIGIN
-        await refuse(runtime, websocket, code, refusal.reason, label=refusal.label)
+        await refuse(runtime, websocket, closing(refusal.label, refusal.reason))
         return
     if offered and SUBPROTOCOL not in offered:
         # A client asking only for other protocols (say a future gateway.v2) must not be
         # served v1 by surprise: the handshake is refused (HTTP 403).
-        await refuse(runtime, websocket, CloseCode.POLICY, "", label="bad_subprotocol")
+        await refuse(runtime, websocket, closing("bad_subprotocol"))
         return
     if runtime.closing:
-        await refuse(
-            runtime, websocket, CloseCode.SERVICE_RESTART, "shutting down", label="shutting_down"
-        )
+        await refuse(runtime, websocket, closing("shutting_down"))
         return
     try:
         principal = runtime.auth.socket(
@@ -104,15 +102,14 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
             now=time.time(),
         )
     except AuthError as exc:
-        await refuse(runtime, websocket, CloseCode.UNAUTHORIZED, exc.reason, label=exc.label)
+        await refuse(runtime, websocket, of_error(exc, exc.label))
         return
     address = websocket.client.host if websocket.client is not None else None
     if address is None:  # a Unix socket: no address to count by
         await _serve(runtime, websocket, principal)
         return
     if not runtime.sockets.acquire(address):
-        reason = "too many sockets from this address"
-        await refuse(runtime, websocket, CloseCode.TRY_AGAIN, reason, label="too_many_sockets")
+        await refuse(runtime, websocket, closing("too_many_sockets"))
         return
     try:
         await _serve(runtime, websocket, principal)
@@ -152,7 +149,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
     finally:
         await reader.aclose()
         if not conn.closing:
-            conn.close(CloseCode.NORMAL)
+            conn.close(closing("done").code)
         await conn.done.wait()
         await conn.aclose()
 
@@ -160,23 +157,22 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
 async def refuse(
     runtime: Runtime,
     websocket_or_conn: WebSocket | Connection,
-    code: CloseCode,
-    reason: str,
+    close: Closing,
     *,
-    label: str,
     protocol: str = SUBPROTOCOL,
 ) -> None:
-    """Refuse a socket: log ``connection_refused`` and count it by ``label``.
+    """Refuse a socket with ``close`` (``gateway.closing``): log ``connection_refused`` and
+    count it by its label.
 
-    A ``Connection`` (an accepted socket) closes with ``code`` and ``reason``. A
-    WebSocket still in its handshake is refused there (HTTP 403, no reason) when
-    ``code`` is 1008; for any other code it is accepted first (with the subprotocol
-    ``protocol`` when the client offered it), so that the client can read the code and
-    the reason.
+    A ``Connection`` (an accepted socket) closes with its code and reason. A WebSocket
+    still in its handshake is refused there (HTTP 403, no reason) when the code is 1008;
+    for any other code it is accepted first (with the subprotocol ``protocol`` when the
+    client offered it), so that the client can read the code and the reason.
     """
+    code, label = close.code, close.label
     log.info("connection_refused", label=label, close_code=int(code))
     runtime.note_refusal(label)
-    reason = reason.encode()[:123].decode(errors="ignore")  # a close reason's limit
+    reason = close.reason.encode()[:123].decode(errors="ignore")  # a close reason's limit
     if isinstance(websocket_or_conn, Connection):
         websocket_or_conn.close(code, reason)
         return
@@ -199,24 +195,19 @@ async def _open(
             first = await reader.next()
     except TimeoutError:
         # A socket that says nothing holds resources for nothing (pings keep it alive).
-        await refuse(
-            runtime,
-            conn,
-            CloseCode.POLICY,
-            "no session.start or session.resume in time",
-            label="first_message_timeout",
-        )
+        await refuse(runtime, conn, closing("first_message_timeout"))
         return None
     if first is None:
         return None
     if first is _FLOODED:
-        conn.close(CloseCode.POLICY, "message flood")
+        flood = closing("message_flood")
+        conn.close(flood.code, flood.reason)
         return None
     if isinstance(first, SessionResume):
         return await _resume(runtime, conn, first, principal)
     if isinstance(first, DecodeFailure) and first.msg_type == "session.resume":
         # A client that meant to resume must not silently get a new, empty session.
-        await refuse(runtime, conn, CloseCode.POLICY, first.message, label="invalid_resume")
+        await refuse(runtime, conn, closing("invalid_resume", first.message))
         return None
     try:
         driver = await runtime.start_session(principal)
@@ -242,11 +233,11 @@ async def _resume(
     for _ in range(2):
         try:
             found = await runtime.find_session(msg, principal.name)
-        except StoreUnavailable as exc:
-            await refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
+        except StoreUnavailable:
+            await refuse(runtime, conn, closing("store_unavailable"))
             return None
-        if isinstance(found, tuple):  # a ResumeRefusal
-            await refuse(runtime, conn, found.code, found.reason, label=found.label)
+        if isinstance(found, Closing):  # refused
+            await refuse(runtime, conn, found)
             return None
         if await found.attach(conn, msg.last_seq):
             return found
@@ -260,24 +251,16 @@ async def refuse_start(
     runtime: Runtime, conn: Connection, exc: TooManySessions | StoreUnavailable
 ) -> None:
     """Refuse a socket whose new session could not start (quotas, the store)."""
-    await refuse(runtime, conn, exc.close_code, _refusal_reason(exc), label=_label(exc))
-
-
-def _refusal_reason(exc: TooManySessions | StoreUnavailable) -> str:
-    if isinstance(exc, StoreUnavailable):
-        return "the session store does not answer; try again"  # not its URL: ours to know
-    return str(exc)
-
-
-def _label(exc: TooManySessions | StoreUnavailable) -> str:
-    return exc.label if isinstance(exc, TooManySessions) else "store_unavailable"
+    if isinstance(exc, StoreUnavailable):  # not the store's address: ours to know
+        await refuse(runtime, conn, closing("store_unavailable"))
+    else:
+        await refuse(runtime, conn, of_error(exc, exc.label))
 
 
 async def refuse_expired(runtime: Runtime, conn: Connection) -> None:
     """Refuse a socket whose session ended before taking it (its TTL ran out, it was
     stopped) with 4008: an attach always gets an answer, never silence."""
-    reason = "session ended or expired"
-    await refuse(runtime, conn, CloseCode.SESSION_EXPIRED, reason, label="session_expired")
+    await refuse(runtime, conn, closing("session_expired"))
 
 
 async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
@@ -300,11 +283,12 @@ async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
     while (message := await reader.next()) is not None:
         if message is _FLOODED:
             # Closed by the driver, after the rate_limited errors fed before it.
-            driver.close_socket(conn, CloseCode.POLICY, "message flood")
+            flood = closing("message_flood")
+            driver.close_socket(conn, flood.code, flood.reason)
             try:
                 await asyncio.wait_for(conn.close_requested.wait(), _FLOOD_CLOSE_WAIT)
             except TimeoutError:  # the session ended meanwhile: close it here
-                conn.close(CloseCode.POLICY, "message flood")
+                conn.close(flood.code, flood.reason)
             return
         if not driver.client_room.is_set():
             await _first(driver.client_room, conn.close_requested, conn.done)
@@ -431,7 +415,7 @@ class Reader:
                     return  # ended by the server meanwhile
         except Exception:
             log.exception("frame_reader_failed")
-            self._conn.close(CloseCode.INTERNAL)  # our bug: no reason text
+            self._conn.close(closing("internal").code)  # our bug: no reason text
         finally:
             self._inbox.close()
 
