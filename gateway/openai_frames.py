@@ -141,6 +141,18 @@ class Frames:
             delta=delta,
         )
 
+    def text_segment(self, response_id: str, item_id: str, index: int, text: str) -> bytes:
+        """Not in OpenAI's protocol: a speakable piece of an assistant message's text
+        (v1 ``text.segment``), for sessions that asked for them (``session.gateway``)."""
+        return self.event(
+            "response.output_text.segment",
+            response_id=response_id,
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            text=text,
+        )
+
     def text_done(
         self, response_id: str, index: int, item: dict[str, Any], text: str
     ) -> list[bytes]:

@@ -13,6 +13,11 @@ before it sends ``function_call_output``: so the codec ends the OpenAI response 
 the calls, and the core response's next output opens a new one (mapped to the same core
 response). And server tools, which the client need not run, appear as conversation
 items only, never as a response's output that an SDK would run.
+
+One extension, which unmodified clients never send: ``"gateway": {"segments": true}`` in
+the session object turns on v1's ``text.segment`` events, sent as
+``response.output_text.segment`` with the ids of the deltas of the same text (an event
+type the ``openai`` SDK yields without failing).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from gateway.protocol import (
     SessionUpdated,
     TextDelta,
     TextDone,
+    TextSegment,
     ToolCalls,
     ToolResult,
     ToolResults,
@@ -141,8 +147,14 @@ class OpenAIRealtimeCodec:
         self._session_id: str | None = None
         self._held: list[bytes] = []
         """Answers to frames read before ``session.created``: they go out after it."""
-        self._config: dict[str, Any] = {"instructions": "", "tools": [], "tool_choice": "auto"}
-        """What the client configured, as the session object reports it."""
+        self._config: dict[str, Any] = {
+            "instructions": "",
+            "tools": [],
+            "tool_choice": "auto",
+            "gateway": {"segments": False},
+        }
+        """What the client configured, as the session object reports it (``gateway``:
+        the gateway's own options, not in OpenAI's protocol)."""
         self._asked: dict[str, tuple[str | None, Any]] = {}
         """Core messages whose answer needs more than their id, by the id given to the
         core: the client's ``event_id`` and what to answer with."""
@@ -305,6 +317,8 @@ class OpenAIRealtimeCodec:
         match msg:
             case TextDelta():
                 self._on_delta(msg, out)
+            case TextSegment():
+                self._on_segment(msg, out)
             case TextDone() if self._text is not None:
                 self._close_text("completed", out, msg.text)
             case ToolStatus():
@@ -326,7 +340,8 @@ class OpenAIRealtimeCodec:
                 self._held = []
             case SessionUpdated():
                 _, changes = self._asked.pop(msg.in_reply_to or "", (None, {}))
-                self._config.update(changes)
+                options = {**self._config["gateway"], **changes.pop("gateway", {})}
+                self._config.update(changes, gateway=options)
                 out.append(self._frames.event("session.updated", session=self._session()))
             case ResponseTruncated():
                 _, answer = self._asked.pop(msg.in_reply_to or "", (None, None))
@@ -359,6 +374,15 @@ class OpenAIRealtimeCodec:
         text.chars += len(msg.delta)
         self._core_chars += len(msg.delta)
         out.append(self._frames.text_delta(response.id, text.item_id, text.output_index, msg.delta))
+
+    def _on_segment(self, msg: TextSegment, out: list[bytes]) -> None:
+        text, response = self._text, self._response
+        # The core sends a step's segments after the deltas they are made of and before
+        # its text.done: the step's message item is open.
+        if text is not None and response is not None:
+            out.append(
+                self._frames.text_segment(response.id, text.item_id, text.output_index, msg.text)
+            )
 
     def _close_text(self, status: str, out: list[bytes], full: str | None = None) -> None:
         text, response = self._text, self._response

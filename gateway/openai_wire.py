@@ -4,7 +4,9 @@ Pure: no I/O. Client events are decoded strictly at the top level and in items (
 unknown field there is an error, as OpenAI's own server does), leniently inside
 ``session`` and ``response`` (the SDKs send the whole configuration, which grows with
 each model release: fields this gateway has no use for are ignored). The field names
-follow the ``openai`` package's types (``openai.types.realtime``).
+follow the ``openai`` package's types (``openai.types.realtime``), but for the
+gateway's own extension, ``session.gateway`` (``GatewayOptions``), which is ours and
+so strict, as v1's messages are.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "ClientEvent",
     "ContentPart",
     "FunctionTool",
+    "GatewayOptions",
     "Item",
     "ItemCreate",
     "ItemTruncate",
@@ -85,6 +88,15 @@ class NamedChoice(msgspec.Struct, kw_only=True):
     name: str | None = None
 
 
+class GatewayOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``session.gateway``: not in OpenAI's protocol, so no unmodified client sends it.
+    The gateway's own options; absent fields stay as they are."""
+
+    segments: bool | None = None
+    """Voice: also send the answers' text as ``response.output_text.segment`` events
+    (v1 ``segments``)."""
+
+
 class SessionConfig(msgspec.Struct, kw_only=True):
     type: str = "realtime"
     instructions: str | None = None
@@ -92,6 +104,7 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     tool_choice: str | NamedChoice | None = None
     output_modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
+    gateway: GatewayOptions | None = None
 
 
 class SessionUpdate(ClientEvent, tag="session.update"):
@@ -244,6 +257,9 @@ def session_update(event: SessionUpdate) -> tuple[CoreUpdate, dict[str, Any]]:
     if config.tool_choice is not None:
         raw["tool_choice"] = tool_choice(config.tool_choice)
         changes["tool_choice"] = msgspec.to_builtins(config.tool_choice)
+    if config.gateway is not None and config.gateway.segments is not None:
+        raw["segments"] = config.gateway.segments
+        changes["gateway"] = {"segments": config.gateway.segments}
     try:
         return msgspec.convert(raw, CoreUpdate), changes
     except msgspec.ValidationError as exc:

@@ -173,9 +173,9 @@ class SessionStart(ClientMsg, tag="session.start"):
     max_steps: MaxSteps | None = None
     """The session's default ``max_steps`` (the gateway's when absent)."""
     tool_mode: ToolMode | None = None
+    """The session's default tool mode (``auto`` when absent)."""
     segments: bool | None = None
     """Voice: also send the answers' text as speakable ``text.segment`` events."""
-    """The session's default tool mode (``auto`` when absent)."""
     time_zone: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_+\-/]{0,63}$")] | None = (
         None
     )
@@ -203,9 +203,9 @@ class SessionUpdate(ClientMsg, tag="session.update"):
     max_steps: MaxSteps | None = None
     """Replaces the session's default ``max_steps``."""
     tool_mode: ToolMode | None = None
+    """Replaces the session's default tool mode."""
     segments: bool | None = None
     """Voice: turn ``text.segment`` events on or off for the responses that start after."""
-    """Replaces the session's default tool mode."""
 
 
 class Ack(ClientMsg, tag="ack"):

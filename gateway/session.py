@@ -748,6 +748,7 @@ class Session:
             tools=msg.tools,
             max_steps=msg.max_steps or self._max_steps,
             tool_mode=msg.tool_mode or self._tool_mode,
+            voice=self._segments,
         )
         self._latest = self._response.response_id
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
@@ -761,6 +762,7 @@ class Session:
             tool_choice=self._tool_choice,
             max_steps=self._max_steps,
             tool_mode=self._tool_mode,
+            voice=self._segments,
         )
         self._latest = self._response.response_id
         self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
@@ -965,7 +967,7 @@ class Session:
                 )
 
     def _on_text(self, response: ResponseState, text: str) -> None:
-        segmenter = self._segmenter_for(response) if self._segments else None
+        segmenter = self._segmenter_for(response) if response.voice else None
         unsent = self._confirm(response, text) if response.unconfirmed else text
         if unsent is None:
             return
@@ -1001,7 +1003,7 @@ class Session:
 
     def _end_step_text(self, response: ResponseState, text: str) -> None:
         """The step's text is complete: its last segment (voice), then ``text.done``."""
-        if self._segments and (rest := self._segmenter_for(response).flush()) is not None:
+        if response.voice and (rest := self._segmenter_for(response).flush()) is not None:
             self._send_segments(response, [rest])
         self._out.send(TextDone(response_id=response.response_id, text=text))
 

@@ -87,6 +87,9 @@ class ResponseState(msgspec.Struct, kw_only=True):
     """Voice sessions: characters of this step's text already sent in ``text.segment``."""
     segments: int = 0
     """Voice sessions: ``text.segment`` events this response sent so far."""
+    voice: bool = False
+    """The session asked for segments when this response started (a change applies to
+    the responses after it)."""
 
 
 class SessionState(msgspec.Struct, kw_only=True):

@@ -28,13 +28,16 @@ from gateway.protocol import (
     ResponseDone,
     ResponseTruncate,
     SessionCreated,
+    SessionUpdated,
     TextDelta,
     TextDone,
+    TextSegment,
     ToolCalls,
     ToolResults,
     UserMessage,
     encode,
 )
+from gateway.protocol import SessionUpdate as CoreSessionUpdate
 from gateway.transcript import AssistantTurn
 from tests.data.tools import gate, reset_gates
 from tests.support import Gateway, serving
@@ -326,6 +329,84 @@ async def test_a_browser_key_in_the_subprotocol_is_accepted_as_openai_js_sends_i
     assert created["type"] == "session.created"
 
 
+# ----------------------------------------------------------------- voice segments (extension)
+
+
+SEGMENTED = "echo Hello there. How are you today? Fine."
+
+
+async def test_segments_asked_for_in_session_update_come_between_the_deltas_of_their_item(
+    gateway,
+):
+    _, client = gateway
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        created = await conn.recv()
+        assert created.session.gateway == {"segments": False}
+        session = {"type": "realtime", "output_modalities": ["text"], "gateway": {"segments": True}}
+        await conn.session.update(session=session, event_id="voice")  # type: ignore[arg-type]
+        updated = await conn.recv()
+        assert updated.type == "session.updated"
+        assert updated.session.gateway == {"segments": True}
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": SEGMENTED}],
+        }
+        await conn.conversation.item.create(item=item)  # type: ignore[arg-type]
+        await conn.response.create()
+        events: list[Any] = []
+        async with asyncio.timeout(10):
+            # The SDK's own iterator: an event type it does not know must not stop it.
+            async for event in conn:
+                events.append(event)
+                if event.type == "response.done":
+                    break
+    assert not of_type(events, "error")
+    segments = of_type(events, "response.output_text.segment")
+    assert [s.text for s in segments] == ["Hello there. ", "How are you today? ", "Fine."]
+    assert (
+        "".join(s.text for s in segments)
+        == text_of(events)
+        == "Hello there. How are you today? Fine."
+    )
+    (delta, *_) = of_type(events, "response.output_text.delta")
+    where = {(s.response_id, s.item_id, s.output_index, s.content_index) for s in segments}
+    assert where == {(delta.response_id, delta.item_id, delta.output_index, delta.content_index)}
+    # Each segment comes once the deltas before it hold its text, never earlier; the
+    # last one comes just before response.output_text.done.
+    streamed, spoken = "", ""
+    for event in events:
+        if event.type == "response.output_text.delta":
+            streamed += event.delta
+        elif event.type == "response.output_text.segment":
+            spoken += event.text
+            assert streamed.startswith(spoken)
+    kinds = [e.type for e in events]
+    done_at = kinds.index("response.output_text.done")
+    assert kinds[done_at - 1] == "response.output_text.segment"
+    assert kinds.index("response.output_text.segment") > kinds.index("response.output_text.delta")
+
+
+async def test_a_session_that_did_not_ask_for_segments_gets_none(gateway):
+    _, client = gateway
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await conn.recv()
+        plain = await ask(conn, SEGMENTED)
+        session = {"type": "realtime", "gateway": {"segments": True}}
+        await conn.session.update(session=session)  # type: ignore[arg-type]
+        await conn.recv()
+        voiced = await ask(conn, SEGMENTED)
+        session = {"type": "realtime", "gateway": {"segments": False}}
+        await conn.session.update(session=session)  # type: ignore[arg-type]
+        turned_off = await conn.recv()
+        silent = await ask(conn, SEGMENTED)
+    assert text_of(plain) == text_of(silent) == "Hello there. How are you today? Fine."
+    assert not of_type(plain, "response.output_text.segment")
+    assert len(of_type(voiced, "response.output_text.segment")) == 3
+    assert turned_off.session.gateway == {"segments": False}
+    assert not of_type(silent, "response.output_text.segment")
+
+
 # ----------------------------------------------------------------- the Agents SDK
 
 
@@ -451,6 +532,48 @@ def test_answers_before_session_created_wait_for_it():
     created = SessionCreated(session_id="s", resume_token="r", agent="a", protocol_version=1)
     frames = decoded_texts(codec.encode(created, b""))
     assert [f["type"] for f in frames] == ["session.created", "error"]
+
+
+def test_the_gateway_extension_maps_to_segments_and_is_strict_unlike_the_rest():
+    codec = started_codec()
+    update = {
+        "type": "session.update",
+        "event_id": "u1",
+        "session": {"type": "realtime", "tracing": "auto", "gateway": {"segments": True}},
+    }
+    (message,), replies = codec.decode(json.dumps(update))  # tracing: ignored, as before
+    assert message == CoreSessionUpdate(id="u1", segments=True)
+    assert replies == []
+    (updated,) = decoded_texts(codec.encode(SessionUpdated(in_reply_to="u1"), b""))
+    assert updated["session"]["gateway"] == {"segments": True}
+    codec.decode(json.dumps({**update, "event_id": "u2", "session": {"instructions": "x"}}))
+    (updated,) = decoded_texts(codec.encode(SessionUpdated(in_reply_to="u2"), b""))
+    assert updated["session"]["gateway"] == {"segments": True}  # absent: unchanged
+    for wrong in ({"segmets": True}, {"segments": "yes"}, True):
+        bad = {**update, "event_id": "bad", "session": {"type": "realtime", "gateway": wrong}}
+        messages, (error,) = codec.decode(json.dumps(bad))
+        assert messages == []
+        refused = json.loads(error)["error"]
+        assert (refused["code"], refused["event_id"]) == ("invalid_message", "bad")
+        assert "session.gateway" in refused["message"]
+
+
+def test_a_segment_names_the_item_of_its_deltas():
+    codec = started_codec()
+    codec.encode(ResponseCreated(response_id="r1"), b"")
+    started = decoded_texts(codec.encode(TextDelta(response_id="r1", delta="Hi. Yo"), b""))
+    (segment,) = decoded_texts(codec.encode(TextSegment(response_id="r1", text="Hi. "), b""))
+    delta = started[-1]
+    assert segment == {
+        "type": "response.output_text.segment",
+        "event_id": segment["event_id"],
+        "response_id": delta["response_id"],
+        "item_id": delta["item_id"],
+        "output_index": 0,
+        "content_index": 0,
+        "text": "Hi. ",
+    }
+    assert segment["event_id"] != delta["event_id"]
 
 
 def test_the_v1_codec_is_the_identity():

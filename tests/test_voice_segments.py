@@ -107,3 +107,15 @@ async def test_the_js_sdk_gets_segments_and_truncates():
     assert result["segments"][0] == "Hello! "
     assert len(result["segments"]) > 1
     assert result["truncated"] == [[result["latest"], 6, result["truncateId"]]]
+
+
+def test_turning_segments_off_mid_answer_applies_from_the_next_response():
+    h = Harness()
+    h.start(segments=True)
+    h.feed(UserMessage(text="one"))
+    h.model(ModelText("First one. Sec"))
+    h.feed(SessionUpdate(segments=False))
+    h.model(ModelText("ond one."), ModelFinish())
+    assert segments(h.sent) == ["First one. ", "Second one."]  # this answer whole
+    h.feed(UserMessage(text="two"))
+    assert segments(h.model(ModelText("Third. Fourth."), ModelFinish())) == []
