@@ -1,7 +1,8 @@
 """Client SDK for the conversation gateway (Python; the browser module is in ``js/``).
 
 ``connect`` gives a ``Conversation``: client functions, streamed replies, server tools in
-manual tool mode, the user's confirmation of tool calls, and a socket that survives drops.
+manual tool mode, the user's confirmation of tool calls and answers to widget tools, and a
+socket that survives drops.
 ``connect_raw`` is the typed low-level connection.
 """
 
@@ -11,6 +12,7 @@ from client_sdk.connection import Connection, connect_raw
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.server_tools import RUN_ON_GATEWAY, RunOnGateway, ServerToolHandler
+from client_sdk.widgets import WidgetHandler
 
 __all__ = [
     "RUN_ON_GATEWAY",
@@ -27,6 +29,7 @@ __all__ = [
     "ServerToolHandler",
     "SessionClosed",
     "ToolMode",
+    "WidgetHandler",
     "connect",
     "connect_raw",
 ]

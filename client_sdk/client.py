@@ -69,6 +69,7 @@ from client_sdk.resume import (
 )
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
+from client_sdk.widgets import WidgetHandler, ask_user
 from gateway.protocol import (
     Ack,
     AgentTransferred,
@@ -94,6 +95,7 @@ from gateway.protocol import (
     ToolResult,
     ToolResults,
     ToolRun,
+    ToolStatus,
     UserMessage,
     decode_server,
 )
@@ -103,6 +105,8 @@ __all__ = ["Conversation", "TokenSource", "ToolMode", "connect"]
 F = Callable[..., Any]
 H = TypeVar("H", bound=ServerToolHandler)
 C = TypeVar("C", bound=ConfirmHandler)
+W = TypeVar("W", bound=WidgetHandler)
+_CALL_ENDED = frozenset({"completed", "failed", "cancelled", "expired"})
 ToolMode = Literal["auto", "manual"]
 """``auto``: the gateway runs its server tools; ``manual``: every tool call the model asks
 for, server tools included, comes to the client (``on_server_tool``)."""
@@ -204,6 +208,9 @@ class Conversation:
         self._functions: dict[str, ClientFunction] = {}
         self._server_tool_handler: ServerToolHandler | None = None
         self._confirm_handler: ConfirmHandler | None = None
+        self._widget_handler: WidgetHandler | None = None
+        self._asking: set[str] = set()
+        """Widget calls whose handler is asking the user now."""
         self._asked: set[str] = set()
         """Call ids whose confirmation was asked for (once each, also across resumes)."""
         self._ws: ClientConnection | None = None
@@ -319,6 +326,22 @@ class Conversation:
         as the call's error result, so the response goes on.
         """
         self._server_tool_handler = handler
+        return handler
+
+    def on_widget(self, handler: W) -> W:
+        """Ask the user the calls of widget tools (``tool.calls`` whose call has a
+        ``widget``: a choice, a yes/no question, a short form); usable as a decorator. One
+        handler for every such call; a new one replaces it; a client function of the
+        tool's name wins over it.
+
+        ``handler(call)`` shows ``call.widget`` and, within the call's timeout, returns the
+        user's answer: ``{"choice": "Harbor Mall"}``, ``{"confirmed": False}`` or the
+        form's values; the gateway checks it against the widget. ``async`` or plain (a
+        plain one runs in a worker thread). An exception or an overrun is the call's error
+        result. When the call ends first (expired, cancelled), the handler's task is
+        cancelled and nothing is sent.
+        """
+        self._widget_handler = handler
         return handler
 
     def on_confirm(self, handler: C) -> C:
@@ -623,6 +646,13 @@ class Conversation:
             case ToolCalls(calls=calls):
                 for call in calls:
                     self._run_call(call)
+            case ToolStatus(call_id=call_id, status=status) if (
+                call_id in self._asking and status in _CALL_ENDED
+            ):
+                # The call ended without the user's answer: stop asking, send nothing.
+                self._answered.add(call_id)
+                if (task := self._running.get(call_id)) is not None:
+                    task.cancel()
             case ToolConfirm(calls=items):
                 for item in items:
                     self._ask(item)
@@ -647,10 +677,17 @@ class Conversation:
         task.add_done_callback(lambda _: self._running.pop(call.call_id, None))
 
     async def _execute(self, call: ClientCall) -> None:
+        function = self._functions.get(call.tool)
         if call.kind == "server":  # manual tool mode: never a client function's call
             reply = await decide(self._server_tool_handler, call)
+        elif function is None and call.widget is not None and self._widget_handler is not None:
+            self._asking.add(call.call_id)
+            try:
+                reply = await ask_user(self._widget_handler, call)
+            finally:
+                self._asking.discard(call.call_id)
         else:
-            reply = await answer(self._functions.get(call.tool), call)
+            reply = await answer(function, call)
         self._answered.add(call.call_id)
         if isinstance(reply, ToolRun):
             run = msgspec.structs.replace(reply, id=f"run_{secrets.token_urlsafe(9)}")
