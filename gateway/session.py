@@ -5,23 +5,23 @@ It never awaits, reads a clock or touches a socket. The driver feeds it events
 executes the effects it returns (send a message, call the model, run a tool).
 Bad peer input never raises out of ``receive``: it becomes an ``error`` event.
 
-This module owns sessions and responses (turns, model steps, cancellation,
-delivery of async results); ``dispatch`` owns the tool calls.
+This module owns sessions: their lifecycle (start, update, hand-over to another agent,
+end), their events (``receive``) and the session as a value (``state``, ``restore``,
+``catch_up``). ``conversation`` owns the responses (turns, model steps, cancellation,
+delivery of async results), ``toolset`` the tools a session offers and ``dispatch`` the
+tool calls. ``SessionSettings`` and ``AgentProfile`` (``session_settings``) are imported
+from here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.call import CallState, Ledger
-from gateway.confirm import ConfirmRule
-from gateway.dispatch import Completion, Dispatcher
 from gateway.errors import ConfigError
 from gateway.event import (
-    CallModel,
     CancelModel,
     Disconnected,
     Effect,
@@ -34,17 +34,7 @@ from gateway.event import (
     ToolProgress,
 )
 from gateway.history import History, Mark
-from gateway.model import (
-    ModelEvent,
-    ModelFinish,
-    ModelRequest,
-    ModelRetrying,
-    ModelText,
-    ModelToolCall,
-    ToolSchema,
-)
-from gateway.outbox import Outbox
-from gateway.principal import ANONYMOUS, Principal
+from gateway.principal import Principal
 from gateway.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -53,111 +43,39 @@ from gateway.protocol import (
     ConfirmItem,
     DecodeFailure,
     Error,
-    Limits,
     Ping,
     Pong,
     ResponseCancel,
-    ResponseCreated,
-    ResponseDone,
-    ResponseRetrying,
-    ResponseStatus,
     ResponseTruncate,
     ResponseTruncated,
     ServerMsg,
     SessionCreated,
-    SessionEnded,
     SessionResume,
     SessionSnapshot,
     SessionStart,
     SessionUpdate,
     SessionUpdated,
     TextDelta,
-    TextDone,
-    TextSegment,
     ToolConfirmation,
-    ToolInfo,
     ToolResults,
     ToolRun,
     ToolSpec,
     TranscriptEntry,
     UserMessage,
 )
-from gateway.schema_guard import SchemaGuard
-from gateway.segments import DEFAULT_FIRST_MIN_CHARS, Segmenter
-from gateway.state import PendingNote, Phase, ResponseState, SessionState
-from gateway.tool_choice import (
-    choice_problem,
-    narrowing_problem,
-    refusal,
-    step_choice,
-    steps_problem,
-)
-from gateway.tools import ToolDef, ToolRegistry, default_display_name
-from gateway.transcript import (
-    CANCELLED,
-    AssistantTurn,
-    ContextNote,
-    Item,
-    RequestedCall,
-    UserTurn,
-)
+from gateway.responses import Responses, seen_text
+from gateway.session_settings import AgentProfile, SessionSettings
+from gateway.state import Phase, SessionState
+from gateway.tools import ToolRegistry
+from gateway.toolset import Refusal, tool_infos
+from gateway.transcript import AssistantTurn, Item, UserTurn
 
 __all__ = ["AgentProfile", "Session", "SessionSettings"]
 
 _REMEMBERED_MESSAGE_IDS = 1_000
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentProfile:
-    """What a session takes from an agent it is handed to (``transfer_to_agent``)."""
-
-    agent: str
-    instructions: str
-    tools: ToolRegistry
-    model_supports_tools: bool = True
-    model_supports_tool_choice: bool = True
-    confirm_rules: Mapping[str, ConfirmRule] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionSettings:
-    """What a session is built from: the agent and the limits in force."""
-
-    agent: str
-    instructions: str
-    tools: ToolRegistry
-    model_supports_tools: bool
-    limits: Limits
-    server_tool_timeout: float
-    principal: Principal = ANONYMOUS
-    """Who the session belongs to: the client functions they may declare, the end
-    user's claims (kept for tools)."""
-    schema_guard: SchemaGuard | None = None
-    """Limits and cache for the schemas of client functions; ``None`` checks them in full
-    with no limits (for trusted callers only)."""
-    max_history_chars: int | None = None
-    """The history budget (``Config.max_history_chars``); ``None`` keeps every turn."""
-    model_supports_tool_choice: bool = True
-    """The model honours ``tool_choice`` (``gateway.tool_choice``)."""
-    confirm_rules: Mapping[str, ConfirmRule] = dataclasses.field(default_factory=dict)
-    """The rules tools name in ``confirm_rule`` (``gateway.confirm``), by reference."""
-    agents: Callable[[str], AgentProfile | None] = lambda _: None
-    """The agents a session may be handed to, by name (their tools as they are now)."""
-
-    def switched(self, profile: AgentProfile) -> SessionSettings:
-        """These settings with ``profile``'s agent in place of this one."""
-        return dataclasses.replace(
-            self,
-            agent=profile.agent,
-            instructions=profile.instructions,
-            tools=profile.tools,
-            model_supports_tools=profile.model_supports_tools,
-            model_supports_tool_choice=profile.model_supports_tool_choice,
-            confirm_rules=profile.confirm_rules,
-        )
-
-
-class Session:
+class Session(Responses):
     """One conversation's protocol state. See the module docstring."""
 
     def __init__(
@@ -168,55 +86,17 @@ class Session:
         resume_token: str,
         new_id: Callable[[str], str],
     ) -> None:
+        super().__init__(settings, new_id=new_id)
         self.session_id = session_id
         self._resume_token = resume_token
         self.metadata: dict[str, Any] = {}
         """What the client sent in ``session.start``; kept for the application."""
-        self._settings = settings
-        self._instructions = settings.instructions
         self._client_instructions: str | None = None
         """What the client added to the agent's instructions (kept across transfers)."""
-        self._new_id = new_id
-        self._phase = Phase.NEW
-        self._out = Outbox()
-        self._calls = Dispatcher(
-            self._out,
-            tools=settings.tools,
-            new_id=new_id,
-            client_call_timeout=settings.limits.client_call_timeout,
-            server_tool_timeout=settings.server_tool_timeout,
-            max_result_size=settings.limits.max_tool_result_size,
-            principal=settings.principal,
-            confirm_rules=settings.confirm_rules,
-        )
-        self._calls.agent = settings.agent
-        self._history = History(settings.max_history_chars)
-        self._notes: list[PendingNote] = []
-        self._queue: list[UserMessage] = []  # a few (max_queued_messages); a deque is 760 B
         self._message_ids: dict[str, None] = {}
         """Ids of recent user messages, oldest first (a dict keeps insertion order)."""
-        self._response: ResponseState | None = None
-        self._client_specs: list[ToolSpec] = []
-        """The client's own functions, as accepted (kept in the state)."""
-        self._tool_choice = "auto"
-        """The session's default ``tool_choice`` (``session.start``/``session.update``)."""
-        self._max_steps: int | None = None
-        """The session's default ``max_steps``; ``None``: the gateway's limit."""
-        self._tool_mode = "auto"
-        """The session's default tool mode: ``manual`` sends every tool call to the client."""
         self.time_zone: str | None = None
         """The user's time zone, from ``session.start`` (for tools that tell the time)."""
-        self._ending: str | None = None
-        """Why the agent ends the session (its ``end_session`` tool completed): it ends
-        once the running response is done."""
-        self._latest: str | None = None
-        """The id of the latest response, the only one ``response.truncate`` may cut."""
-        self._segments = False
-        """Voice: the answers' text goes out in ``text.segment`` events too."""
-        self._segmenter: Segmenter | None = None
-        """Cuts the running response's text into segments; made again after a restore
-        (``_segmenter_for``)."""
-        self._now = 0.0
 
     @classmethod
     def restore(
@@ -244,14 +124,14 @@ class Session:
         session._instructions = state.instructions
         session._client_instructions = state.client_instructions
         session.metadata = state.metadata
-        session._client_specs = state.client_functions
+        session._toolset.client_specs = state.client_functions
         session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
         session._tool_mode = state.tool_mode
         session.time_zone = state.time_zone
         session._ending = state.ending
         session._latest = state.latest_response
         session._segments = state.segments
-        session._calls.tools = session._registry(state.client_functions)
+        session._calls.tools = session._toolset.registry(state.client_functions)
         session._calls.ledger = Ledger.restore(state.calls)
         session._out.seq = state.seq
         session._history = History.restore(
@@ -279,7 +159,7 @@ class Session:
             instructions=self._instructions,
             client_instructions=self._client_instructions,
             agent=self._settings.agent,
-            client_functions=self._client_specs,
+            client_functions=self._toolset.client_specs,
             metadata=self.metadata,
             seq=self._out.seq,
             history=list(self._history.items) if with_history else [],
@@ -428,7 +308,7 @@ class Session:
         if streaming and sent:
             assert response is not None
             # What the client had then, as one text: the rest is appended to it.
-            response.text, response.unconfirmed = [_seen_text(response)], ""
+            response.text, response.unconfirmed = [seen_text(response)], ""
         for msg in sent:
             if msg.seq != self._out.seq + 1:
                 return False
@@ -457,7 +337,7 @@ class Session:
             return
         self._out.do(CancelModel(response.step_id))  # in case it still runs here
         self._segmenter = None  # made again from what the client has
-        response.unconfirmed = _seen_text(response)
+        response.unconfirmed = seen_text(response)
         self._start_step(response, again=True)
 
     def effects(self) -> list[Effect]:
@@ -525,18 +405,17 @@ class Session:
                 "invalid_message", f"unknown agent {msg.agent[:64]!r}", in_reply_to=msg.id
             )
             return
-        accepted = self._tools_with(msg.client_functions, msg.id)
-        if accepted is None:
+        tools = self._tools_with(msg.client_functions, msg.id)
+        if tools is None:
             return
-        if not self._choice_fits(accepted[0], msg.tool_choice, msg.max_steps, None, msg.id):
+        if not self._choice_fits(tools, msg.tool_choice, msg.max_steps, None, msg.id):
             return
-        self._calls.tools, self._client_specs = accepted
+        self._calls.tools, self._toolset.client_specs = tools, msg.client_functions
         self._tool_choice = msg.tool_choice or "auto"
         self._max_steps = msg.max_steps
         self._tool_mode = msg.tool_mode or "auto"
         self._segments = bool(msg.segments)
         self.time_zone = msg.time_zone
-        tools = self._calls.tools
         if msg.instructions:
             self._client_instructions = msg.instructions
             self._instructions = _joined(self._settings.instructions, msg.instructions)
@@ -548,7 +427,7 @@ class Session:
                 resume_token=self._resume_token,
                 protocol_version=PROTOCOL_VERSION,
                 agent=self._settings.agent,
-                tools=_tool_infos(tools),
+                tools=tool_infos(tools),
                 limits=self._settings.limits,
             )
         )
@@ -556,16 +435,16 @@ class Session:
     def _update_session(self, msg: SessionUpdate) -> None:
         """Replace the client's own functions, extra instructions, default ``tool_choice``
         or ``max_steps`` mid-session (all of them, or none after an error)."""
-        accepted = (self._calls.tools, self._client_specs)
+        tools, specs = self._calls.tools, self._toolset.client_specs
         if msg.client_functions is not None:
             changed = self._tools_with(msg.client_functions, msg.id)
             if changed is None:
                 return
-            accepted = changed
+            tools, specs = changed, msg.client_functions
         choice = msg.tool_choice or self._tool_choice
-        if not self._choice_fits(accepted[0], choice, msg.max_steps, None, msg.id):
+        if not self._choice_fits(tools, choice, msg.max_steps, None, msg.id):
             return
-        self._calls.tools, self._client_specs = accepted
+        self._calls.tools, self._toolset.client_specs = tools, specs
         self._tool_choice = choice
         if msg.max_steps is not None:
             self._max_steps = msg.max_steps
@@ -576,7 +455,7 @@ class Session:
         if msg.instructions is not None:
             self._client_instructions = msg.instructions
             self._instructions = _joined(self._settings.instructions, msg.instructions)
-        self._out.send(SessionUpdated(tools=_tool_infos(self._calls.tools), in_reply_to=msg.id))
+        self._out.send(SessionUpdated(tools=tool_infos(self._calls.tools), in_reply_to=msg.id))
 
     def _choice_fits(
         self,
@@ -588,112 +467,70 @@ class Session:
     ) -> bool:
         """Whether a ``tool_choice``, ``max_steps`` and ``tools`` narrowing asked for can
         be honoured with ``tools``; if not, the client gets an ``error`` saying why."""
-        if choice in (None, "auto", "none") and max_steps is None and narrowed is None:
-            return True  # most messages ask for nothing: no list of every tool to build
-        names = [d.name for d in tools.definitions()]
-        offered = names if narrowed is None else [n for n in names if n in narrowed]
-        problem = (
-            narrowing_problem(narrowed, names)
-            or choice_problem(
-                choice,
-                offered,
-                supports_tools=self._settings.model_supports_tools,
-                supports_choice=self._settings.model_supports_tool_choice,
-            )
-            or steps_problem(max_steps, self._settings.limits.max_steps)
-        )
+        problem = self._toolset.choice_problem(tools, choice, max_steps, narrowed)
         if problem is not None:
             self._out.error("invalid_message", problem, in_reply_to=msg_id)
         return problem is None
 
-    def _tools_with(
-        self, specs: list[ToolSpec], msg_id: str | None
-    ) -> tuple[ToolRegistry, list[ToolSpec]] | None:
-        """The agent's tools plus the client's functions, and the client's own functions
-        among ``specs``; ``None`` after an error.
-
-        A client may declare a function the agent already declares as a client
-        function: it says it implements it, and the agent's declaration stands.
-        """
-        if not self._allowed(self._own(specs), msg_id):
+    def _tools_with(self, specs: list[ToolSpec], msg_id: str | None) -> ToolRegistry | None:
+        """The agent's tools plus the client's functions among ``specs``; ``None`` after an
+        error (``Toolset.accepted`` says why)."""
+        tools = self._toolset.accepted(specs)
+        if isinstance(tools, Refusal):
+            self._out.error(tools.code, tools.message, in_reply_to=msg_id)
             return None
-        try:
-            tools = self._registry(specs)
-        except ConfigError as exc:
-            self._out.error("invalid_message", f"client_functions: {exc}", in_reply_to=msg_id)
-            return None
-        if len(tools) and not self._settings.model_supports_tools:
-            self._out.error(
-                "invalid_message", "this agent's model cannot call tools", in_reply_to=msg_id
-            )
-            return None
-        return tools, specs
-
-    def _registry(self, specs: list[ToolSpec]) -> ToolRegistry:
-        """The agent's tools plus the client's own functions among ``specs`` (kept whole:
-        after a transfer, another agent may not declare the same client functions).
-
-        Raises:
-            ConfigError: a client function is invalid (its name, its schemas).
-        """
-        allowed = self._settings.principal.client_functions
-        client_defs = [
-            ToolDef(
-                name=spec.name,
-                description=spec.description,
-                kind="client",
-                input_schema=spec.input_schema,
-                output_schema=spec.output_schema,
-                display_name=spec.display_name or default_display_name(spec.name),
-                timeout=spec.timeout,
-                widget=spec.widget,
-            )
-            for spec in self._own(specs)
-            if allowed is None or spec.name in allowed  # after a transfer: see _allowed
-        ]
-        return self._settings.tools.extended(client_defs, self._settings.schema_guard)
-
-    def _allowed(self, specs: list[ToolSpec], msg_id: str | None) -> bool:
-        """Whether the principal may declare these client functions (the agent's own
-        client functions are always allowed: declaring them adds nothing)."""
-        allowed = self._settings.principal.client_functions
-        denied = sorted({s.name for s in specs} - allowed) if allowed is not None else []
-        if denied:
-            names = ", ".join(repr(name[:64]) for name in denied[:8])
-            self._out.error(
-                "forbidden",
-                f"client_functions: this client's token does not allow {names}",
-                in_reply_to=msg_id,
-            )
-        return not denied
-
-    def _own(self, specs: list[ToolSpec]) -> list[ToolSpec]:
-        """The client's own functions: those the agent does not declare as client functions."""
-        agent_tools = self._settings.tools
-        return [
-            spec
-            for spec in specs
-            if not ((known := agent_tools.get(spec.name)) and known.definition.kind == "client")
-        ]
+        return tools
 
     def declared_schemas(self, msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
         """The schemas ``msg`` declares that the session will check, in the order it checks
         them (so the driver can have them checked off the event loop first)."""
-        return [
-            schema
-            for spec in self._own(msg.client_functions or [])
-            for schema in (spec.input_schema, spec.output_schema)
-            if schema is not None
-        ]
+        return self._toolset.declared_schemas(msg.client_functions or [])
 
-    def _shut_down(self) -> None:
-        response = self._response
-        if response is not None and response.step_id is not None:
-            self._out.do(CancelModel(response.step_id))
-        self._calls.drop_all()
-        self._response = None
-        self._queue.clear()
-        self._phase = Phase.CLOSED
+    def _hand_over_if_asked(
+        self, event: ToolFinished
+    ) -> tuple[ToolFinished, AgentTransferred | None]:
+        """A ``transfer_to_agent`` call that returned: the session switches to the agent it
+        names now, so the response's next step is that agent's. The event to settle the
+        call with (failed, saying why, if the switch cannot be), and the one to send."""
+        call = self._calls.ledger.get(event.call_id)
+        if call is None or call.settled or event.error is not None:
+            return event, None
+        entry = self._calls.tools.get(call.tool)
+        if entry is None or not entry.definition.transfers:
+            return event, None
+        name = call.args.get("agent")
+        profile = self._settings.agents(name) if isinstance(name, str) else None
+        if profile is None or profile.agent == self._settings.agent:
+            return ToolFinished(call_id=call.call_id, error=f"no agent {name!r} to go to"), None
+        try:
+            toolset, tools = self._toolset.handed_to(profile)
+        except ConfigError as exc:  # a client function clashes with one of its tools
+            return ToolFinished(call_id=call.call_id, error=f"cannot transfer: {exc}"), None
+        if len(tools) and not profile.model_supports_tools:
+            error = f"cannot transfer: the model of {name!r} cannot call tools"
+            return ToolFinished(call_id=call.call_id, error=error), None
+        previous, self._toolset = self._settings, toolset
+        self._calls.tools, self._calls.confirm_rules = tools, profile.confirm_rules
+        self._calls.agent = profile.agent
+        self._instructions = _joined(profile.instructions, self._client_instructions)
+        reason = call.args.get("reason")
+        return event, AgentTransferred(
+            agent=profile.agent,
+            previous_agent=previous.agent,
+            tools=tool_infos(tools),
+            reason=reason if isinstance(reason, str) and reason else None,
+            response_id=call.response_id,
+        )
+
+    def _note_ending(self, call_id: str) -> None:
+        """A completed ``end_session`` call: the session ends after this response."""
+        call = self._calls.ledger.get(call_id)
+        if call is None or call.state is not CallState.COMPLETED or self._ending is not None:
+            return
+        entry = self._calls.tools.get(call.tool)
+        if entry is not None and entry.definition.ends_session:
+            reason = call.args.get("reason")
+            self._ending = reason if isinstance(reason, str) and reason else "goodbye"
 
     # ----------------------------------------------------------------- responses
 
@@ -737,144 +574,6 @@ class Session:
         while len(self._message_ids) > _REMEMBERED_MESSAGE_IDS:
             del self._message_ids[next(iter(self._message_ids))]
 
-    def _start_response(self, msg: UserMessage) -> None:
-        self._history.begin_turn()
-        # Context that arrived before the user spoke goes before their words.
-        self._flush_notes()
-        self._history.append(UserTurn(text=msg.text))
-        self._response = ResponseState(
-            response_id=self._new_id("resp"),
-            tool_choice=msg.tool_choice or self._tool_choice,
-            tools=msg.tools,
-            max_steps=msg.max_steps or self._max_steps,
-            tool_mode=msg.tool_mode or self._tool_mode,
-            voice=self._segments,
-        )
-        self._latest = self._response.response_id
-        self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
-        self._start_step(self._response)
-
-    def _start_completion_response(self, call_id: str) -> None:
-        """A response nobody asked for: the model tells the user an async result."""
-        self._history.begin_turn()
-        self._response = ResponseState(
-            response_id=self._new_id("resp"),
-            tool_choice=self._tool_choice,
-            max_steps=self._max_steps,
-            tool_mode=self._tool_mode,
-            voice=self._segments,
-        )
-        self._latest = self._response.response_id
-        self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
-        self._start_step(self._response)
-
-    def _start_next(self) -> None:
-        """After a response: the next queued message, else announced async results."""
-        if self._queue:
-            self._start_response(self._queue.pop(0))
-        elif announced := [n for n in self._notes if n.announce]:
-            self._start_completion_response(announced[0].note.call_id or "")
-
-    def _start_step(self, response: ResponseState, *, again: bool = False) -> None:
-        """Ask the model for the next step of ``response`` (``again``: the same step,
-        whose stream was lost)."""
-        self._flush_notes()
-        self._history.trim()  # never the turn in progress: this response's
-        if not again:
-            response.steps += 1
-        response.step_id = self._new_id("step")
-        response.text = []
-        if not again:
-            response.segmented = 0
-        response.requested = []
-        narrowed = response.tools
-        tools = tuple(
-            ToolSchema(name=d.name, description=d.description, input_schema=d.input_schema)
-            for d in self._calls.tools.definitions()
-            if narrowed is None or d.name in narrowed
-        )
-        request = ModelRequest(
-            instructions=self._instructions,
-            items=self._history.items,
-            tools=tools,
-            tool_choice=step_choice(
-                response.tool_choice,
-                first_step=response.steps == 1,
-                offered=[t.name for t in tools],
-            ),
-        )
-        self._out.do(
-            CallModel(response.step_id, response.response_id, request, self._settings.agent)
-        )
-
-    def _end_response(self, status: ResponseStatus, *, start_next: bool = True) -> None:
-        response = self._response
-        assert response is not None
-        self._out.send(
-            ResponseDone(
-                response_id=response.response_id,
-                status=status,
-                turn_completed=status == "completed",
-                usage=response.usage,
-            )
-        )
-        self._response = None
-        self._segmenter = None
-        if self._ending is not None:  # the agent said goodbye in this response
-            self._out.send(SessionEnded(reason=self._ending))
-            self._shut_down()
-            return
-        if start_next:
-            self._start_next()
-
-    def _hand_over_if_asked(
-        self, event: ToolFinished
-    ) -> tuple[ToolFinished, AgentTransferred | None]:
-        """A ``transfer_to_agent`` call that returned: the session switches to the agent it
-        names now, so the response's next step is that agent's. The event to settle the
-        call with (failed, saying why, if the switch cannot be), and the one to send."""
-        call = self._calls.ledger.get(event.call_id)
-        if call is None or call.settled or event.error is not None:
-            return event, None
-        entry = self._calls.tools.get(call.tool)
-        if entry is None or not entry.definition.transfers:
-            return event, None
-        name = call.args.get("agent")
-        profile = self._settings.agents(name) if isinstance(name, str) else None
-        if profile is None or profile.agent == self._settings.agent:
-            return ToolFinished(call_id=call.call_id, error=f"no agent {name!r} to go to"), None
-        previous, self._settings = self._settings, self._settings.switched(profile)
-        try:
-            tools = self._registry(self._client_specs)
-        except ConfigError as exc:  # a client function clashes with one of its tools
-            self._settings = previous
-            return ToolFinished(call_id=call.call_id, error=f"cannot transfer: {exc}"), None
-        if len(tools) and not profile.model_supports_tools:
-            self._settings = previous
-            error = f"cannot transfer: the model of {name!r} cannot call tools"
-            return ToolFinished(call_id=call.call_id, error=error), None
-        self._calls.tools, self._calls.confirm_rules = tools, profile.confirm_rules
-        self._calls.agent = profile.agent
-        self._instructions = _joined(profile.instructions, self._client_instructions)
-        reason = call.args.get("reason")
-        return event, AgentTransferred(
-            agent=profile.agent,
-            previous_agent=previous.agent,
-            tools=_tool_infos(tools),
-            reason=reason if isinstance(reason, str) and reason else None,
-            response_id=call.response_id,
-        )
-
-    def _note_ending(self, call_id: str) -> None:
-        """A completed ``end_session`` call: the session ends after this response."""
-        call = self._calls.ledger.get(call_id)
-        if call is None or call.state is not CallState.COMPLETED or self._ending is not None:
-            return
-        entry = self._calls.tools.get(call.tool)
-        if entry is not None and entry.definition.ends_session:
-            reason = call.args.get("reason")
-            self._ending = reason if isinstance(reason, str) and reason else "goodbye"
-
     def _truncate(self, msg: ResponseTruncate) -> None:
         """Keep in the history only the part of the latest response the user heard; a
         response still running stops first (the user spoke over it)."""
@@ -898,236 +597,10 @@ class Session:
         if running and self._response is None:
             self._start_next()
 
-    def _cancel_response(
-        self,
-        response_id: str | None,
-        *,
-        status: ResponseStatus = "cancelled",
-        reason: str = CANCELLED,
-        start_next: bool = True,
-    ) -> None:
-        response = self._response
-        # A cancel racing the end of its response is not an error: nothing to stop.
-        if response is None or response_id not in (None, response.response_id):
-            return
-        if response.step_id is not None:
-            self._out.do(CancelModel(response.step_id))
-            if seen := _seen_text(response):
-                self._history.append(AssistantTurn(text=seen))
-            response.step_id = None
-        # Async calls that are pending outlive the response; the rest stop now.
-        for call in response.calls:
-            if call.blocking:
-                self._calls.cancel(call, reason)
-        self._record_outcomes(response)
-        self._end_response(status, start_next=start_next)
-
-    def _deliver(self, completion: Completion) -> None:
-        """Give an async call's outcome to the model, as its ``delivery`` says."""
-        call = completion.call
-        note = ContextNote(text=completion.note, call_id=call.call_id)
-        call.slim()  # the note has the outcome now
-        self._notes.append(PendingNote(note=note, announce=call.delivery != "silent"))
-        if call.delivery == "silent":
-            return
-        if call.delivery == "interrupt" and self._response is not None:
-            self._cancel_response(None, start_next=False)
-        if self._response is None:
-            self._start_completion_response(call.call_id)
-        # when_idle with a response running: the note joins its next model step.
-
-    def _flush_notes(self) -> None:
-        self._history.extend([pending.note for pending in self._notes])
-        self._notes.clear()
-
-    # ----------------------------------------------------------------- model
-
-    def _on_model_event(self, step_id: str, event: ModelEvent) -> None:
-        response = self._response
-        if response is None or response.step_id != step_id:
-            return  # output of a cancelled step: dropped, never sent
-        match event:
-            case ModelText(text=text) if text:
-                self._on_text(response, text)
-            case ModelToolCall():
-                response.requested.append(event)
-            case ModelFinish(usage=usage):
-                if usage is not None:
-                    response.usage.input_tokens += usage.input_tokens
-                    response.usage.output_tokens += usage.output_tokens
-                self._finish_step(response)
-            case ModelRetrying(attempt=attempt, delay=delay, reason=reason):
-                self._out.send(
-                    ResponseRetrying(
-                        response_id=response.response_id,
-                        attempt=attempt,
-                        delay=round(delay, 3),
-                        reason=reason,
-                    )
-                )
-
-    def _on_text(self, response: ResponseState, text: str) -> None:
-        segmenter = self._segmenter_for(response) if response.voice else None
-        unsent = self._confirm(response, text) if response.unconfirmed else text
-        if unsent is None:
-            return
-        response.text.append(text)
-        if unsent:
-            self._out.send(TextDelta(response_id=response.response_id, delta=unsent))
-            if segmenter is not None:
-                self._send_segments(response, segmenter.feed(unsent))
-
-    def _segmenter_for(self, response: ResponseState) -> Segmenter:
-        """The running response's segmenter; after a restore, a new one fed with what the
-        client has of the step, its segments sent already (``segmented``) not sent again."""
-        if (segmenter := self._segmenter) is not None:
-            return segmenter
-        segmenter = self._segmenter = Segmenter(
-            first_min_chars=None if response.segments else DEFAULT_FIRST_MIN_CHARS
-        )
-        sent = response.segmented
-        unsent = []
-        for piece in segmenter.feed(_seen_text(response)):
-            if sent >= len(piece):
-                sent -= len(piece)
-            else:
-                unsent.append(piece)
-        self._send_segments(response, unsent)
-        return segmenter
-
-    def _send_segments(self, response: ResponseState, pieces: list[str]) -> None:
-        for piece in pieces:
-            response.segmented += len(piece)
-            response.segments += 1
-            self._out.send(TextSegment(response_id=response.response_id, text=piece))
-
-    def _end_step_text(self, response: ResponseState, text: str) -> None:
-        """The step's text is complete: its last segment (voice), then ``text.done``."""
-        if response.voice and (rest := self._segmenter_for(response).flush()) is not None:
-            self._send_segments(response, [rest])
-        self._out.send(TextDone(response_id=response.response_id, text=text))
-
-    def _on_model_failed(self, event: ModelFailed) -> None:
-        response = self._response
-        if response is None or response.step_id != event.step_id:
-            return
-        seen = _seen_text(response)
-        streamed = bool(seen)
-        if streamed:
-            self._history.append(AssistantTurn(text=seen))
-        response.step_id = None
-        self._out.error(
-            "provider_error",
-            event.message,
-            retryable=event.retryable,
-            response_id=response.response_id,
-        )
-        # Cut after text reached the user: incomplete; nothing said at all: failed.
-        self._end_response("incomplete" if streamed else "failed")
-
-    def _confirm(self, response: ResponseState, text: str) -> str | None:
-        """The part of ``text`` (from a step run again) the client does not have yet; or
-        ``None`` when it contradicts what the client has (the response then ends)."""
-        unconfirmed = response.unconfirmed
-        common = min(len(unconfirmed), len(text))
-        if text[:common] != unconfirmed[:common]:
-            self._interrupted(response)
-            return None
-        response.unconfirmed = unconfirmed[common:]
-        return text[common:]
-
-    def _interrupted(self, response: ResponseState) -> None:
-        """A step run again after its node stopped did not say what the client already
-        has: end the response with what the client saw."""
-        assert response.step_id is not None
-        self._out.do(CancelModel(response.step_id))
-        self._history.append(AssistantTurn(text=_seen_text(response)))
-        response.step_id = None
-        self._out.error(
-            "response_interrupted",
-            "the gateway node running this response stopped, and the model's new attempt"
-            " did not continue the text already sent",
-            retryable=True,
-            response_id=response.response_id,
-        )
-        self._end_response("incomplete")
-
-    def _finish_step(self, response: ResponseState) -> None:
-        if response.unconfirmed:  # the new attempt said less than the client has
-            self._interrupted(response)
-            return
-        text = "".join(response.text)
-        response.step_id = None
-        max_steps = response.max_steps or self._settings.limits.max_steps
-        if response.requested and response.steps >= max_steps:
-            # No step is left to use their results, so the calls are not run at all.
-            self._history.append(AssistantTurn(text=text))
-            if text:
-                self._end_step_text(response, text)
-            self._out.error(
-                "max_steps_exceeded",
-                f"the model asked for tools after its last allowed step ({response.steps})",
-                response_id=response.response_id,
-            )
-            self._end_response("incomplete")
-            return
-        if text:
-            self._end_step_text(response, text)
-        if not response.requested:
-            self._history.append(AssistantTurn(text=text))
-            self._end_response("completed")
-            return
-        response.calls = self._calls.start(
-            response.requested,
-            response_id=response.response_id,
-            now=self._now,
-            refuse=lambda tool: refusal(tool, response.tool_choice, response.tools),
-            manual=response.tool_mode == "manual",
-        )
-        self._history.append(
-            AssistantTurn(
-                text=text,
-                calls=tuple(
-                    RequestedCall(call_id=c.call_id, name=c.tool, args=c.args)
-                    for c in response.calls
-                ),
-            )
-        )
-        self._advance_if_step_settled()
-
-    def _advance_if_step_settled(self) -> None:
-        response = self._response
-        if response is None or response.step_id is not None or not response.calls:
-            return
-        if not any(call.blocking for call in response.calls):
-            self._record_outcomes(response)
-            self._start_step(response)
-
-    def _record_outcomes(self, response: ResponseState) -> None:
-        self._history.extend([self._calls.outcome(call) for call in response.calls])
-        for call in response.calls:
-            if call.settled:
-                call.slim()
-        response.calls = []
-
 
 def _joined(instructions: str, added: str | None) -> str:
     """An agent's instructions with what the client added to them."""
     return f"{instructions}\n\n{added}".strip() if added else instructions
-
-
-def _tool_infos(tools: ToolRegistry) -> list[ToolInfo]:
-    return [
-        ToolInfo(
-            name=d.name,
-            kind=d.kind,
-            execution=d.execution,
-            delivery=d.delivery if d.execution == "async" else None,
-            display_name=d.display_name or default_display_name(d.name),
-            description=d.description,
-        )
-        for d in tools.definitions()
-    ]
 
 
 LOG_ONLY = (Ping, Ack, DecodeFailure)
@@ -1148,11 +621,6 @@ def _about_a_frame(error: Error) -> bool:
             "message_too_large",
         )
     )
-
-
-def _seen_text(response: ResponseState) -> str:
-    """The text of the current step the client has."""
-    return "".join(response.text) + response.unconfirmed
 
 
 def _id_of(event: Event) -> str | None:
