@@ -43,7 +43,11 @@ async def test_callbacks_due_in_one_slot_share_one_loop_timer(monkeypatch: pytes
     p.call_at(slot_start + 3 * RESOLUTION, lambda: done.set_result(None))
     await asyncio.wait_for(done, 5)
     assert ran == list(range(100))
-    assert len(armed) == 2  # one timer for the hundred, one for the last
+    # One timer for the hundred (not one each), and one for the last, 3 ms later, unless
+    # the loop ran the first one late enough that the last was due by then too (a busy
+    # machine): then the one timer served all of them.
+    assert armed[0] <= slot_start + RESOLUTION
+    assert len(armed) in (1, 2)
 
 
 async def test_a_slot_that_came_due_while_callbacks_ran_is_not_held_back():
