@@ -29,7 +29,14 @@ from gateway.errors import StoreUnavailable, TooManySessions
 from gateway.openai_realtime import OpenAIRealtimeCodec
 from gateway.principal import Principal
 from gateway.protocol import DecodeFailure, Inbound, SessionStart
-from gateway.transport import Reader, pump, refuse, refuse_expired, refuse_start
+from gateway.transport import (
+    close_out,
+    pump,
+    reader_for,
+    refuse,
+    refuse_expired,
+    refuse_start,
+)
 
 if TYPE_CHECKING:
     from gateway.app import Runtime
@@ -109,15 +116,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
             conn.send(None, frame)
         return decoded.messages
 
-    config = runtime.config
-    reader = Reader(
-        websocket,
-        conn,
-        rate=config.max_messages_per_second,
-        burst=config.max_message_burst,
-        max_queued=config.max_inbound_queue,
-        decode=decode,
-    )
+    reader = reader_for(runtime, websocket, conn, decode)
     try:
         driver = await _start(runtime, conn, principal)
         if driver is not None:
@@ -133,11 +132,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
             driver.detach(conn, end=True)  # no resume in this protocol
             log.info("socket_closed", client_code=reader.close_code, server_code=conn.close_code)
     finally:
-        await reader.aclose()
-        if not conn.closing:
-            conn.close(closing("done").code)
-        await conn.done.wait()
-        await conn.aclose()
+        await close_out(reader, conn)
 
 
 async def _start(runtime: Runtime, conn: Connection, principal: Principal) -> Driver | None:
@@ -159,10 +154,8 @@ def _call_args(driver: Driver) -> Callable[[str], dict[str, Any] | None]:
     """Looks up a server tool call's arguments in the session's calls, for its item."""
 
     def call_args(call_id: str) -> dict[str, Any] | None:
-        for call in driver.session.state(with_history=False).calls:
-            if call.call_id == call_id:
-                return call.args
-        return None
+        call = driver.session.call(call_id)
+        return call.args if call is not None else None
 
     return call_args
 

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gateway.call import CallState, Ledger
+from gateway.call import Call, CallState, Ledger
 from gateway.errors import ConfigError
 from gateway.event import (
     CancelModel,
@@ -193,6 +193,10 @@ class Session(Responses):
     def agent(self) -> str:
         """The agent the session is with (another after ``transfer_to_agent``)."""
         return self._settings.agent
+
+    def call(self, call_id: str) -> Call | None:
+        """The call ``call_id`` names, while the ledger keeps it."""
+        return self._calls.ledger.get(call_id)
 
     @property
     def principal(self) -> Principal:

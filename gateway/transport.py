@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Decode",
     "Reader",
+    "close_out",
     "pump",
+    "reader_for",
     "realtime_endpoint",
     "refuse",
     "refuse_expired",
@@ -127,13 +129,7 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
         abort=websocket.scope.get(ABORT_SCOPE_KEY),
         frame_writer=websocket.scope.get(FRAME_WRITER_SCOPE_KEY),
     )
-    reader = Reader(
-        websocket,
-        conn,
-        rate=runtime.config.max_messages_per_second,
-        burst=runtime.config.max_message_burst,
-        max_queued=runtime.config.max_inbound_queue,
-    )
+    reader = reader_for(runtime, websocket, conn)
     try:
         driver = await _open(runtime, conn, reader, principal)
         if driver is not None:
@@ -147,11 +143,32 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -
             driver.detach(conn, end=done)
             log.info("socket_closed", client_code=reader.close_code, server_code=conn.close_code)
     finally:
-        await reader.aclose()
-        if not conn.closing:
-            conn.close(closing("done").code)
-        await conn.done.wait()
-        await conn.aclose()
+        await close_out(reader, conn)
+
+
+def reader_for(
+    runtime: Runtime, websocket: WebSocket, conn: Connection, decode: Decode | None = None
+) -> Reader:
+    """The frame reader of an accepted socket, with this gateway's inbound limits."""
+    config = runtime.config
+    return Reader(
+        websocket,
+        conn,
+        rate=config.max_messages_per_second,
+        burst=config.max_message_burst,
+        max_queued=config.max_inbound_queue,
+        decode=decode,
+    )
+
+
+async def close_out(reader: Reader, conn: Connection) -> None:
+    """The end of a socket's task, however it ended: stop reading, close the socket (1000
+    unless a close is under way), wait until it is closed."""
+    await reader.aclose()
+    if not conn.closing:
+        conn.close(closing("done").code)
+    await conn.done.wait()
+    await conn.aclose()
 
 
 async def refuse(
