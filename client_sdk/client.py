@@ -53,7 +53,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
 from client_sdk.confirm import ConfirmHandler, ask, refused_edit
-from client_sdk.connection import open_socket, text_frame
+from client_sdk.connection import open_socket, resume_url, text_frame
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, answer, make_function
@@ -127,7 +127,9 @@ class Conversation:
     """One session with the gateway, across as many sockets as it takes.
 
     Args:
-        url: the gateway's ``ws://`` or ``wss://`` URL of ``/v1/realtime``.
+        url: the gateway's ``ws://`` or ``wss://`` URL of ``/v1/realtime``. A socket that
+            resumes the session adds ``session=<session_id>`` to its query (kept as it is
+            otherwise), for load balancers that route by session; the gateway ignores it.
         token: a client token, or an async function returning a fresh one (called
             before every connect, so that a resume after the token expired works). Sent
             as the ``gateway.token.<token>`` subprotocol, out of URLs and access logs.
@@ -244,7 +246,7 @@ class Conversation:
                 403, 404...); without ``reconnect``, whatever the one attempt raised.
         """
         if not self._reconnect:
-            self._ws = await self._open_socket()
+            self._ws = await self._open_socket(None)
         else:
             opened = await self._reconnector.dial(first=True)
             if not isinstance(opened, ClientConnection):
@@ -753,12 +755,15 @@ class Conversation:
         for stream in self._subscribers:
             stream.end(error)
 
-    async def _open_socket(self) -> ClientConnection:
-        """A socket to the gateway, with a fresh token when the app gave a function."""
+    async def _open_socket(self, session_id: str | None) -> ClientConnection:
+        """A socket to the gateway, with a fresh token when the app gave a function; one
+        that resumes ``session_id`` names it in the URL (``?session=``), so that a load
+        balancer routing by session sends every resume of it to the same node."""
         token = self._token
         if callable(token):
             try:
                 token = await token()
             except Exception as exc:  # the app's fetch failed: like an unreachable gateway
                 raise ConnectionError(f"could not get a client token: {exc}") from exc
-        return await open_socket(self._url, token=token, api_key=self._api_key)
+        url = self._url if session_id is None else resume_url(self._url, session_id)
+        return await open_socket(url, token=token, api_key=self._api_key)

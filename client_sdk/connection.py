@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote, unquote_plus, urlsplit, urlunsplit
 
 import msgspec
 import websockets
@@ -30,10 +31,23 @@ from gateway.protocol import (
     encode,
 )
 
-__all__ = ["MAX_FRAME_SIZE", "Connection", "connect_raw", "open_socket", "text_frame"]
+__all__ = [
+    "MAX_FRAME_SIZE",
+    "SESSION_PARAM",
+    "Connection",
+    "connect_raw",
+    "open_socket",
+    "resume_url",
+    "text_frame",
+]
 
 MAX_FRAME_SIZE = 64 * 2**20
 """Largest event accepted: a snapshot holds the whole transcript, far over websockets' 1 MiB."""
+
+SESSION_PARAM = "session"
+"""The query parameter naming the session a socket resumes, for load balancers that route
+by it (deploy/nginx.conf hashes it, so every resume of a session reaches the same node).
+The gateway ignores it: the session is the one ``session.resume`` names."""
 
 
 _RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps", "tool_mode", "time_zone", "segments")
@@ -56,6 +70,20 @@ def text_frame(msg: ClientMsg) -> str:
         if name in data and data[name] is None:
             del data[name]
     return msgspec.json.encode(data).decode()
+
+
+def resume_url(url: str, session_id: str) -> str:
+    """``url`` with ``session=<session_id>`` in its query, for a socket that resumes that
+    session: what the URL's query has (a token...) is kept as written, and a ``session``
+    parameter already in it is replaced, never repeated."""
+    parts = urlsplit(url)
+    kept = [
+        pair
+        for pair in parts.query.split("&")
+        if pair and unquote_plus(pair.partition("=")[0]) != SESSION_PARAM
+    ]
+    kept.append(f"{SESSION_PARAM}={quote(session_id, safe='')}")
+    return urlunsplit(parts._replace(query="&".join(kept)))
 
 
 class Connection:

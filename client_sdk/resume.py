@@ -5,7 +5,10 @@ between two sockets. ``Reconnector.run`` opens sockets with backoff and jitter u
 gateway answers a ``session.resume`` (or says the session is gone); ``Reconnector.dial``
 opens one for a session not started yet (the first connect, or a drop before
 ``session.created``); either gives up after ``give_up_after`` seconds of failed attempts;
-``Reconnector.end`` ends a session that has no socket (``close()`` mid-reconnect).
+``Reconnector.end`` ends a session that has no socket (``close()`` mid-reconnect). A
+socket that resumes a session (``run``, ``end``) is opened with its id, which the caller puts
+in the URL (``?session=``, for load balancers that route by session: see
+``connection.resume_url``); one for a new session without.
 ``Outbox`` keeps what the client sent that the gateway has not confirmed, to be sent again
 on the new socket
 (the gateway applies each message once: results, ``tool.run`` and ``tool.confirmation`` by
@@ -249,7 +252,8 @@ class Reconnector:
     """Gets a session a socket: a new one after a drop, or the first one.
 
     Args:
-        open_socket: opens a socket to the gateway (credentials included).
+        open_socket: opens a socket to the gateway (credentials included): to resume the
+            session whose id it is given, or for a new session when given ``None``.
         max_delay: the longest wait between attempts, in seconds.
         attempt_timeout: seconds an attempt may take, from the dial to the answer.
         give_up_after: seconds of failed attempts in a row after which it gives up.
@@ -257,7 +261,7 @@ class Reconnector:
 
     def __init__(
         self,
-        open_socket: Callable[[], Awaitable[ClientConnection]],
+        open_socket: Callable[[str | None], Awaitable[ClientConnection]],
         max_delay: float,
         *,
         attempt_timeout: float = ATTEMPT_TIMEOUT,
@@ -308,7 +312,7 @@ class Reconnector:
         websocket: ClientConnection | None = None
         with contextlib.suppress(Exception):
             async with asyncio.timeout(min(END_TIMEOUT, self.attempt_timeout)):
-                websocket = await self._open_socket()
+                websocket = await self._open_socket(session.session_id)
                 await _handshake(websocket, _resume_of(session, last_seq))
                 await websocket.close()
         drop(websocket)  # closed already, unless it failed on the way
@@ -338,7 +342,7 @@ class Reconnector:
         """One attempt at a socket (within ``attempt_timeout``)."""
         try:
             async with asyncio.timeout(self.attempt_timeout):
-                websocket = await self._open_socket()
+                websocket = await self._open_socket(None)
         except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
             if first and refused_for_good(exc):
                 raise
@@ -354,7 +358,7 @@ class Reconnector:
         websocket: ClientConnection | None = None
         try:
             async with asyncio.timeout(self.attempt_timeout):
-                websocket = self._pending = await self._open_socket()
+                websocket = self._pending = await self._open_socket(resume.session_id)
                 resumed = await _handshake(websocket, resume)
         except websockets.ConnectionClosed as exc:
             closed = closed_with(exc)

@@ -18,12 +18,26 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 
-__all__ = ["CLUSTER_AGENT", "Cluster", "Node"]
+from client_sdk import Conversation
+from gateway.redis_store import RedisStore
+from tests.nginx import nginx_in_front
+
+__all__ = [
+    "CLUSTER_AGENT",
+    "Cluster",
+    "Node",
+    "adoptions",
+    "behind_nginx",
+    "owner",
+    "owners_store",
+    "running_cluster",
+]
 
 ROOT = Path(__file__).parents[1]
 CLUSTER_AGENT = ROOT / "tests" / "data" / "cluster_agent.toml"
@@ -210,3 +224,54 @@ class Cluster:
             f"===== {node.name} (port {node.port}, exit {node.returncode}):\n{node.tail()}"
             for node in self.nodes
         )
+
+
+@asynccontextmanager
+async def running_cluster(
+    directory: Path, store_url: str, *, args: Sequence[str] = ()
+) -> AsyncIterator[Cluster]:
+    """Three nodes (``Cluster``) started and ready; SIGKILLed on the way out."""
+    nodes = Cluster(directory, store_url, args=args)
+    try:
+        await nodes.start()
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+@asynccontextmanager
+async def behind_nginx(
+    cluster: Cluster, directory: Path, *, sticky: bool, worker_connections: int = 2048
+) -> AsyncIterator[str]:
+    """The ``ws://`` URL of /v1/realtime through nginx in front of every node: the shipped
+    deploy/nginx.conf, sticky by session or (``sticky=False``) round robin."""
+    run_dir = directory / "nginx"
+    run_dir.mkdir()
+    async with nginx_in_front(
+        cluster.ports, run_dir, worker_connections=worker_connections, sticky=sticky
+    ) as port:
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+
+
+@asynccontextmanager
+async def owners_store(store_url: str) -> AsyncIterator[RedisStore]:
+    """The store as the nodes see it: ``owner(session_id)`` names the node driving it."""
+    store = RedisStore.from_url(store_url, session_ttl=120, lease_ttl=1)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def owner(store: RedisStore, conv: Conversation) -> str:
+    """The node driving ``conv``'s session."""
+    assert conv.session is not None
+    node = await store.owner(conv.session.session_id)
+    assert node is not None
+    return node
+
+
+async def adoptions(cluster: Cluster) -> int:
+    """Sessions taken over from another node so far, on every live node."""
+    counts = [await n.metric("gateway_sessions_adopted_total") for n in cluster.nodes if n.alive]
+    return int(sum(counts))

@@ -1,5 +1,9 @@
 """Debian's nginx, with the shipped deploy/nginx.conf, in front of real gateways.
 
+The shipped file routes /v1/realtime by a consistent hash of the ``session`` query parameter
+(sticky resumes); ``sticky=False`` renders it without that line, plain round robin, for tests
+whose resumes must move between nodes.
+
 nginx runs in the foreground with everything (pid, logs, temp files) in a temporary
 directory. Its listening socket is bound by the test on a port the kernel picks and
 handed over the way nginx hands sockets to a new binary (the ``NGINX`` environment
@@ -19,6 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 __all__ = [
+    "STICKY_LINE",
     "TEMPLATE",
     "listening_socket",
     "main_config",
@@ -31,6 +36,12 @@ ROOT = Path(__file__).parents[1]
 NGINX = Path("/usr/sbin/nginx")
 TEMPLATE = ROOT / "deploy" / "nginx.conf"
 _SERVER_LINE = "    server {{upstream}};\n"
+_UPSTREAMS = 2
+"""Upstream blocks in the file, each with one ``server`` line to repeat per node: round robin
+for HTTP, hashed by session for /v1/realtime."""
+STICKY_LINE = "    hash $arg_session consistent;\n"
+"""The line that makes /v1/realtime's upstream sticky by session (``render(sticky=False)``
+leaves it out: round robin)."""
 
 
 def nginx_binary() -> str:
@@ -39,12 +50,17 @@ def nginx_binary() -> str:
     return str(NGINX)
 
 
-def render(upstreams: Sequence[str], listen: str) -> str:
-    """deploy/nginx.conf with its placeholders filled in: its ``server`` line once per
-    upstream (as the file's header tells operators to do for several nodes)."""
+def render(upstreams: Sequence[str], listen: str, *, sticky: bool = True) -> str:
+    """deploy/nginx.conf with its placeholders filled in: in each upstream block its
+    ``server`` line once per upstream (as the file's header tells operators to do for
+    several nodes). ``sticky=False``: without the hash by session, so /v1/realtime is round
+    robin too."""
     text = TEMPLATE.read_text()
-    assert _SERVER_LINE in text
+    assert text.count(_SERVER_LINE) == _UPSTREAMS
+    assert text.count(STICKY_LINE) == 1
     assert "{{listen}}" in text
+    if not sticky:
+        text = text.replace(STICKY_LINE, "")
     servers = "".join(_SERVER_LINE.replace("{{upstream}}", u) for u in upstreams)
     return text.replace(_SERVER_LINE, servers).replace("{{listen}}", listen)
 
@@ -85,14 +101,24 @@ def listening_socket(backlog: int = 64) -> Iterator[socket.socket]:
 
 @asynccontextmanager
 async def nginx_in_front(
-    gateway_ports: int | Sequence[int], run_dir: Path, *, worker_connections: int = 64
+    gateway_ports: int | Sequence[int],
+    run_dir: Path,
+    *,
+    worker_connections: int = 64,
+    sticky: bool = True,
 ) -> AsyncIterator[int]:
-    """nginx proxying to the gateways (round robin); yields the port nginx listens on."""
+    """nginx proxying to the gateways; yields the port nginx listens on.
+
+    With ``sticky`` (the shipped file) /v1/realtime is routed by a consistent hash of the
+    ``session`` query parameter (round robin without one); ``sticky=False`` routes it round
+    robin. HTTP requests go round robin either way.
+    """
     ports = [gateway_ports] if isinstance(gateway_ports, int) else list(gateway_ports)
     with listening_socket(backlog=max(64, worker_connections)) as sock:
         port = sock.getsockname()[1]
         site = run_dir / "gateway.conf"
-        site.write_text(render([f"127.0.0.1:{p}" for p in ports], f"127.0.0.1:{port}"))
+        upstreams = [f"127.0.0.1:{p}" for p in ports]
+        site.write_text(render(upstreams, f"127.0.0.1:{port}", sticky=sticky))
         conf = run_dir / "nginx.conf"
         conf.write_text(main_config(run_dir, site, worker_connections=worker_connections))
         proc = await asyncio.create_subprocess_exec(

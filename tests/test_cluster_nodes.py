@@ -2,7 +2,9 @@
 
 Every node is a real ``gateway serve`` process (tests/cluster.py); clients are the
 shipped Python SDK (``client_sdk.Conversation``, which resumes by itself) and connect
-through nginx only, with the shipped deploy/nginx.conf. Nodes die by SIGKILL: no
+through nginx only, with the shipped deploy/nginx.conf rendered without its stickiness
+(every resume may land on another node). The torture of many unpaced conversations is
+tests/test_cluster_churn.py. Nodes die by SIGKILL: no
 shutdown, no lease given back. The agent (tests/data/cluster_agent.toml) is a scripted,
 deterministic model, so a step that runs again on another node says the same words.
 """
@@ -10,8 +12,6 @@ deterministic model, so a step that runs again on another node says the same wor
 from __future__ import annotations
 
 import asyncio
-import random
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,8 +30,7 @@ from gateway.protocol import (
     ToolStatus,
 )
 from gateway.redis_store import RedisStore
-from tests.cluster import Cluster, Node
-from tests.nginx import nginx_in_front
+from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store, running_cluster
 from tests.redis_server import RedisServer, redis_server
 
 T = TypeVar("T", bound=ServerMsg)
@@ -58,39 +57,22 @@ def redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServe
 
 @pytest.fixture
 async def cluster(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Cluster]:
-    # A sync server tool lost with its node fails at its timeout: short, for the soak.
-    nodes = Cluster(tmp_path, redis.url, args=["--server-tool-timeout", str(TOOL_TIMEOUT)])
-    try:
-        await nodes.start()
+    # A sync server tool lost with its node fails at its timeout: short.
+    args = ["--server-tool-timeout", str(TOOL_TIMEOUT)]
+    async with running_cluster(tmp_path, redis.url, args=args) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 @pytest.fixture
 async def front(cluster: Cluster, tmp_path: Path) -> AsyncIterator[str]:
-    """The ``ws://`` URL of /v1/realtime through nginx, in front of every node."""
-    run_dir = tmp_path / "nginx"
-    run_dir.mkdir()
-    async with nginx_in_front(cluster.ports, run_dir, worker_connections=2048) as port:
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
+    async with behind_nginx(cluster, tmp_path, sticky=False) as url:
+        yield url
 
 
 @pytest.fixture
 async def owners(redis: RedisServer) -> AsyncIterator[RedisStore]:
-    """The store as the nodes see it: ``owner(session_id)`` names the node driving it."""
-    store = RedisStore.from_url(redis.url, session_ttl=120, lease_ttl=1)
-    try:
+    async with owners_store(redis.url) as store:
         yield store
-    finally:
-        await store.aclose()
-
-
-async def owner(store: RedisStore, conv: Conversation) -> str:
-    assert conv.session is not None
-    node = await store.owner(conv.session.session_id)
-    assert node is not None
-    return node
 
 
 async def say(conv: Conversation, text: str) -> str:
@@ -301,113 +283,3 @@ async def test_redis_restarted_mid_conversation_gives_a_clear_error_then_recover
                 break
         assert await owner(owners, conv) != first
         assert await say(conv, "echo done") == "done"
-
-
-SOAK_SESSIONS = 300
-SOAK_SECONDS = 60.0
-"""Seconds the sessions take turns for (plus ramp-up and the last turns)."""
-THINK = (2.0, 6.0)
-"""Seconds a user waits between turns: 300 users so paced keep the three nodes busy
-(about 60 turns a second) but not saturated, as a cluster sized for its load is; on two
-cores, unpaced, every turn waits for CPU and the test measures the machine instead."""
-
-
-class Soak:
-    """Sessions taking turns until the deadline, and what they saw."""
-
-    def __init__(self, front: str, deadline: float, rng: random.Random) -> None:
-        self.front = front
-        self.rng = rng
-        self.deadline = deadline
-        self.convs: list[Conversation] = []
-        self.turns = 0
-        self.resumes = 0
-        self.lost_tools = 0
-        self.tallies: list[str] = []
-        """Tags of the tally calls whose result the client got."""
-        self.wrong: list[tuple[str, str, str]] = []
-        """(said, expected, got) of every turn whose answer was not the expected one."""
-
-    async def session(self, index: int) -> None:
-        loop = asyncio.get_running_loop()
-        async with connect(self.front, max_reconnect_delay=1.0) as conv:
-            self.convs.append(conv)
-
-            @conv.client_function("device")
-            async def device(tag: str) -> dict[str, str]:
-                return {"value": f"v-{tag}"}
-
-            turn = 0
-            while loop.time() < self.deadline:
-                turn += 1
-                tag = f"s{index}t{turn}"
-                said, expected = [
-                    (f"echo {tag} one two three four five", f"{tag} one two three four five"),
-                    (f"ask {tag}", f"asking device said v-{tag}"),
-                    (f"tally {index} {turn} {tag}", f"total {index + turn} for {tag}"),
-                ][turn % 3]
-                got = await say(conv, said)
-                self.turns += 1
-                if said.startswith("tally") and got == expected:
-                    self.tallies.append(tag)
-                elif said.startswith("tally") and got == f"tally failed: {LOST}":
-                    self.lost_tools += 1  # it ran on the node killed, whose result died there
-                elif got != expected:
-                    self.wrong.append((said, expected, got))
-                await asyncio.sleep(self.rng.uniform(*THINK))  # the user reads and types
-            self.resumes += conv.reconnects
-            self.convs.remove(conv)
-
-    async def cut_sockets(self, rng: random.Random) -> int:
-        """Cut a random session's socket every 50 to 150 ms; return how many were cut."""
-        loop = asyncio.get_running_loop()
-        cuts = 0
-        while loop.time() < self.deadline:
-            await asyncio.sleep(rng.uniform(0.05, 0.15))  # pacing the chaos, not a wait
-            live = [c for c in self.convs if c._ws is not None and c.session is not None]
-            if live:
-                cut(rng.choice(live))
-                cuts += 1
-        return cuts
-
-
-async def test_soak_300_sessions_socket_cuts_and_a_node_killed_and_restarted(
-    cluster: Cluster, front: str
-):
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    rng = random.Random(11)
-    soak = Soak(front, deadline=started + SOAK_SECONDS, rng=random.Random(12))
-
-    async def staggered(index: int) -> None:
-        await asyncio.sleep(index * 0.01)  # 300 sessions start over 3 s, not in one burst
-        await soak.session(index)
-
-    async def kill_and_restart() -> None:
-        await asyncio.sleep(SOAK_SECONDS / 3)  # midway through the soak
-        victim = cluster.node("n2")
-        victim.kill()
-        await asyncio.sleep(SOAK_SECONDS / 6)
-        victim.start()
-        await victim.wait_ready()
-
-    async with asyncio.timeout(SOAK_SECONDS + 60):
-        sessions = asyncio.gather(*(staggered(i) for i in range(SOAK_SESSIONS)))
-        cuts, _, _ = await asyncio.gather(soak.cut_sockets(rng), kill_and_restart(), sessions)
-    elapsed = loop.time() - started
-    adopted = [await node.metric("gateway_sessions_adopted_total") for node in cluster.nodes]
-    runs = Counter(cluster.run_lines())
-    print(
-        f"\nsoak: {SOAK_SESSIONS} sessions, {elapsed:.1f} s, {soak.turns} turns"
-        f" ({soak.turns / elapsed:.0f}/s), {cuts} sockets cut, {soak.resumes} resumes,"
-        f" adoptions per node since its start {dict(zip(cluster.ports, adopted, strict=True))},"
-        f" {len(soak.tallies)} tallies, {soak.lost_tools} tallies lost with the killed node,"
-        f" {len(soak.wrong)} wrong answers"
-    )
-    assert soak.wrong == []
-    assert soak.turns > SOAK_SESSIONS * 8
-    assert soak.resumes >= cuts // 2  # most cuts hit a live socket; each resumed
-    assert sum(adopted) > 0
-    # Every tool call the client got a total for ran exactly once; none ran twice.
-    assert [tag for tag in soak.tallies if runs[f"tally {tag}"] != 1] == []
-    assert [line for line, count in runs.items() if count > 1] == []

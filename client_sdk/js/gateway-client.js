@@ -71,7 +71,10 @@
  *   answers no `tool.status` (or `tool.calls`) has confirmed yet. Calls that opened while the
  *   client was away are run, and confirmations still open (`open_confirmations`) are asked,
  *   once each. When the gateway no longer has every missed event, pending `say()` iterators
- *   throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from.
+ *   throw `ResumeGap`, whose `snapshot` holds the transcript to rebuild from. Every socket
+ *   that resumes a session (a reconnect, `resume()`, the one `close()` ends it with) adds
+ *   `session=<session_id>` to the URL's query (see `resumeUrl`), so that a load balancer
+ *   routing by session (deploy/nginx.conf) sends it to the node that drives the session.
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
  *   `ResumeGap` (events were lost across a reconnect).
@@ -496,6 +499,12 @@
 export const SUBPROTOCOL = "gateway.v1";
 /** A client token is offered as the subprotocol `gateway.token.<token>`, beside `gateway.v1`. */
 export const TOKEN_SUBPROTOCOL_PREFIX = "gateway.token.";
+/**
+ * The query parameter naming the session a socket resumes, for load balancers that route by
+ * it (deploy/nginx.conf hashes it, so every resume of a session reaches the same node). The
+ * gateway ignores it: the session is the one `session.resume` names.
+ */
+export const SESSION_PARAM = "session";
 
 /** Closes after which resuming makes no sense: the session is gone or not ours. */
 const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4003, 4004, 4008, 4009]);
@@ -638,6 +647,38 @@ export async function connect(url, options = {}) {
   return conv;
 }
 
+/**
+ * `url` with `session=<sessionId>` in its query, for a socket that resumes that session
+ * (mirrors Python's `resume_url`): what the URL's query has (a token...) is kept as written,
+ * and a `session` parameter already in it is replaced, never repeated. A relative URL stays
+ * relative.
+ * @param {string} url
+ * @param {string} sessionId
+ * @returns {string}
+ */
+export function resumeUrl(url, sessionId) {
+  const text = String(url);
+  const hashAt = text.indexOf("#");
+  const fragment = hashAt < 0 ? "" : text.slice(hashAt);
+  const base = hashAt < 0 ? text : text.slice(0, hashAt);
+  const queryAt = base.indexOf("?");
+  const path = queryAt < 0 ? base : base.slice(0, queryAt);
+  const query = queryAt < 0 ? "" : base.slice(queryAt + 1);
+  const kept = query.split("&").filter((pair) => pair && queryKey(pair) !== SESSION_PARAM);
+  kept.push(`${SESSION_PARAM}=${encodeURIComponent(sessionId)}`);
+  return `${path}?${kept.join("&")}${fragment}`;
+}
+
+/** The decoded name of one `name=value` pair of a query (as written when it does not decode). */
+function queryKey(pair) {
+  const key = pair.split("=", 1)[0].replace(/\+/g, " ");
+  try {
+    return decodeURIComponent(key);
+  } catch {
+    return key;
+  }
+}
+
 /** One session with the gateway, across as many sockets as it takes. */
 /** The runtime's own IANA time zone (a browser's, Node's), or `undefined` if it has none. */
 function defaultTimeZone() {
@@ -653,7 +694,8 @@ export class GatewayClient {
   static RUN_ON_GATEWAY = RUN_ON_GATEWAY;
 
   /**
-   * @param {string} url The gateway's `ws://` or `wss://` URL of `/v1/realtime`.
+   * @param {string} url The gateway's `ws://` or `wss://` URL of `/v1/realtime`. A socket that
+   *   resumes the session adds `session=<session_id>` to its query (`resumeUrl`).
    * @param {GatewayClientOptions} [options]
    */
   constructor(url, options = {}) {
@@ -1293,15 +1335,17 @@ export class GatewayClient {
    * socket after `_drop()`.
    * @param {any} on the handlers: open, frame, close
    * @param {string | undefined} token offered as the `gateway.token.<token>` subprotocol
+   * @param {string} [sessionId] the session the socket resumes: named in the URL (`resumeUrl`)
    * @returns {any} the socket, or null when the constructor threw (then `close` follows).
    */
-  _dial(on, token) {
+  _dial(on, token, sessionId) {
     let ws;
     let opened = false;
     let closed = false;
     const protocols = token == null ? [SUBPROTOCOL] : [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token];
     try {
-      ws = new this._WebSocket(this._url, protocols);
+      const url = sessionId == null ? this._url : resumeUrl(this._url, sessionId);
+      ws = new this._WebSocket(url, protocols);
     } catch (err) {
       queueMicrotask(() => on.close(null, 1006, describe(err), false));
       return null;
@@ -1863,6 +1907,7 @@ export class GatewayClient {
           },
         },
         token,
+        session.session_id,
       );
       this._pending = {
         ws,
@@ -1919,6 +1964,7 @@ export class GatewayClient {
             close: () => resolve(undefined),
           },
           token,
+          session.session_id,
         );
       });
     })();

@@ -13,6 +13,7 @@ import {
   ServerError,
   SessionClosed,
   connect,
+  resumeUrl,
 } from "./gateway-client.js";
 
 const URL = "ws://gw.test/v1/realtime";
@@ -304,7 +305,7 @@ test("a token function is asked for a fresh token before the connect and every r
   assert.deepEqual(sock.protocols, ["gateway.v1", "gateway.token.tok.1.sig"]);
   const next = await dropAndResume(gw, sock, 1);
   assert.deepEqual(next.protocols, ["gateway.v1", "gateway.token.tok.2.sig"]);
-  assert.equal(next.url, URL);
+  assert.equal(next.url, `${URL}?session=sess_1`); // the session, for the balancer; never the token
 });
 
 test("a token function that fails ends connect() with SessionClosed", async () => {
@@ -1775,6 +1776,57 @@ test("close() during a resume attempt drops it with 4000, then ends the session;
   end2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
   assert.equal(end2.closedByClient.code, 1000);
   await closing2;
+});
+
+test("resumeUrl adds session= to the query, keeps the rest as written, never repeats it", () => {
+  assert.equal(resumeUrl(URL, "sess_1"), `${URL}?session=sess_1`);
+  assert.equal(resumeUrl(`${URL}?token=a%2Bb.c`, "sess_1"), `${URL}?token=a%2Bb.c&session=sess_1`);
+  assert.equal(resumeUrl(`${URL}?session=old&x=1&session=older`, "sess_2"), `${URL}?x=1&session=sess_2`);
+  assert.equal(resumeUrl(`${URL}?sess%69on=old&sessions=2`, "sess_3"), `${URL}?sessions=2&session=sess_3`);
+  assert.equal(resumeUrl(`${URL}?`, "a b/&c"), `${URL}?session=a%20b%2F%26c`);
+  assert.equal(resumeUrl("/v1/realtime?token=t#frag", "sess_1"), "/v1/realtime?token=t&session=sess_1#frag");
+});
+
+test("every socket that resumes names the session in its URL; those that start one do not", async (t) => {
+  const url = `${URL}?token=t1&session=stale`;
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(url, { WebSocketImpl: gw.WebSocket, maxReconnectDelay: 10_000 });
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  await sock.next("session.start");
+  sock.drop(1006); // before session.created: a new start, not a resume
+  const restart = await gw.socket(1);
+  await restart.next("session.start");
+  restart.push(created(1));
+  await starting;
+  const resumed = await dropAndResume(gw, restart, 2);
+  // close() between attempts: the short-lived socket that ends the session resumes it too
+  t.mock.method(Math, "random", () => 0.999);
+  gw.refuse = 1;
+  resumed.drop(1006);
+  await gw.until(() => gw.attempts.length === 4); // refused: the loop waits ~50 ms
+  await flush();
+  const closing = conv.close();
+  const end = await gw.socket(3);
+  await end.next("session.resume");
+  end.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
+  await closing;
+  const resuming = `${URL}?token=t1&session=sess_1`;
+  assert.deepEqual(
+    gw.attempts.map((s) => s.url),
+    [url, url, resuming, resuming, resuming],
+  );
+
+  // resume(): attaching to a saved session is a resume like any other
+  const gw2 = new FakeGateway();
+  const later = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket });
+  const attaching = later.resume({ session_id: "sess_9", resume_token: "tok_9" }, 4);
+  const sock2 = await gw2.socket(0);
+  assert.equal(sock2.url, `${URL}?session=sess_9`);
+  assert.equal((await sock2.next("session.resume")).session_id, "sess_9");
+  sock2.push({ type: "session.resumed", session_id: "sess_9", replayed_from: 5, last_seq: 4 });
+  await attaching;
+  await later.close();
 });
 
 test("close() ending a session without a socket gives up after about a second, never closing with 1000", async () => {
