@@ -9,7 +9,7 @@ PORT ?= 8000
 APT_LOG := $(VENV)/apt.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test check fmt schema clean system-packages bench bench-quick
+.PHONY: run test test-fast soak check fmt schema clean system-packages bench bench-quick
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,21 @@ $(WS_PACKAGE): | system-packages
 test: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 	node --test client_sdk/js
 	$(BIN)/python -m pytest
+
+# The inner loop: everything but the tests marked slow (multi-node tortures, soaks).
+test-fast: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
+	node --test client_sdk/js
+	$(BIN)/python -m pytest -m "not slow"
+
+# The long multi-node torture (docs/scaling.md): 300 unpaced conversations for 60 s through
+# round-robin nginx to three nodes on one redis-server, sockets cut about every 4 s; once
+# with no node killed, once with a node SIGKILLed every 20 s. It prints what it did.
+SOAK_SESSIONS ?= 300
+SOAK_SECONDS ?= 60
+SOAK_SEED ?= 1
+soak: $(STAMP) system-packages
+	CHURN_SESSIONS=$(SOAK_SESSIONS) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_SEED=$(SOAK_SEED) \
+		$(BIN)/python -m pytest tests/test_cluster_churn.py -p no:cacheprovider -s -q
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -298,7 +298,14 @@ class Runtime:
             return None
         return await self.store.acquire(session_id, self.node, ttl=self.config.lease_ttl)
 
-    def _drive(self, session: Session, principal: str, lease: Lease | None) -> Driver:
+    def _drive(
+        self,
+        session: Session,
+        principal: str,
+        lease: Lease | None,
+        *,
+        adopted_from: int | None = None,
+    ) -> Driver:
         """Run ``session`` here from now on."""
         self._start_background()
         driver = Driver(
@@ -312,6 +319,7 @@ class Runtime:
             check_schemas=self.schema_worker.check,
             lease=lease,
             max_client_events=self.config.max_inbound_queue,
+            adopted_from=adopted_from,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
@@ -397,12 +405,20 @@ class Runtime:
         except BaseException:
             self.sessions.release(record.principal)
             raise
-        if tail and not _caught_up(session, tail):
-            log.warning("session_log_not_caught_up", session_id=record.session_id)
+        if tail is None or (tail and not _caught_up(session, tail)):
+            # Never, by the driver's rule (the log is not trimmed past the state saved):
+            # were it so, the session would go on from an older point than its client's.
+            log.error(
+                "session_log_not_caught_up",
+                session_id=record.session_id,
+                saved_seq=state.seq,
+                caught_up_to=session.last_seq,
+                gap=tail is None,
+            )
         session.adopt(time.time())
         log.info("session_adopted", session_id=record.session_id, seq=state.seq)
         self.metrics.note_adoption()
-        return self._drive(session, record.principal, lease)
+        return self._drive(session, record.principal, lease, adopted_from=state.seq)
 
     def _start_background(self) -> None:
         """With a durable store: renew this node's leases, listen for posts to its

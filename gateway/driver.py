@@ -287,6 +287,9 @@ class Driver:
             state under it. ``None`` (the memory store, one node) saves events and calls.
         max_client_events: client frames that may wait in the session's queue (see
             ``feed_client``).
+        adopted_from: for a session taken over from another node, the ``seq`` of the
+            state the store has (the session was caught up from the log since): the log
+            is never trimmed past it, and the first commit saves the whole state again.
     """
 
     # Slots: a driver has more attributes than a key-sharing instance dict holds (30), and
@@ -346,6 +349,7 @@ class Driver:
         check_schemas: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
         lease: Lease | None = None,
         max_client_events: int = 256,
+        adopted_from: int | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -363,13 +367,15 @@ class Driver:
         self._uncommitted_outcomes: list[ToolFinished | ToolProgress] = []
         """Server tools' outcomes applied since the last commit: should the commit fail
         for a lost lease, they are posted to the session's new owner."""
-        self._log_only = True
+        self._log_only = adopted_from is None
         """Every event applied since the last commit only added to the log: model text,
-        pings, acks, unreadable frames (see ``_checkpoint``)."""
+        pings, acks, unreadable frames (see ``_checkpoint``). Not so for an adopted
+        session: what it caught up from the log is saved in its state at once."""
         self._since_checkpoint = 0
         self._since_checkpoint_size = 0
-        self._checkpoint_seq = session.last_seq
-        """The ``seq`` of the last state saved: the log keeps every event after it."""
+        self._checkpoint_seq = session.last_seq if adopted_from is None else adopted_from
+        """The ``seq`` of the last state the store took: the log keeps every event after
+        it (a node taking the session over catches up from there)."""
         self._history_mark = session.history_mark
         """Where the transcript stood at the last state saved: the store has it so far."""
         self._batched = 0
@@ -516,7 +522,7 @@ class Driver:
         self._tell(lambda observer, now: observer.started(now))
         try:
             self._pending += self.session.effects()
-            self._changed = bool(self._pending)
+            self._changed = bool(self._pending) or not self._log_only
             await self._flush()
             if self.lease is not None:
                 await self._take_posts()
@@ -546,9 +552,12 @@ class Driver:
         finally:
             # No await before the queue is drained: an attach queued later is refused at once.
             self._ending = True
-            self._refuse_attaches()
+            self._drain()
             self._client_backlog.open()
             if self.moved:
+                for outcome in self._uncommitted_outcomes:  # applied here, never committed
+                    self._report(outcome)
+                self._uncommitted_outcomes = []
                 self._cancel_models()  # the tools go on: their outcomes are posted
                 self._stop_tools_at_deadlines()
             else:
@@ -561,12 +570,17 @@ class Driver:
             self.quiet.set()
             self._tell(lambda observer, now: observer.ended(now))
 
-    def _refuse_attaches(self) -> None:
-        """Answer every attach still queued: the session ended before taking it."""
+    def _drain(self) -> None:
+        """Empty the queue once the loop stopped: answer every attach still queued (the
+        session ended before taking it), and give every server tool's outcome that came
+        too late to the session's new owner, if it moved (one queued behind the news of
+        the lost lease would be lost with the queue otherwise)."""
         while not self._events.empty():
             event = self._events.get_nowait()
             if isinstance(event, _Attach) and not event.accepted.done():
                 event.accepted.set_result(False)
+            elif isinstance(event, ToolFinished | ToolProgress) and self.moved:
+                self._report(event)
 
     # ----------------------------------------------------------------- events
 
@@ -602,6 +616,7 @@ class Driver:
             session.model_text(step_id, text, now=self._clock())
         except Exception:
             self._model_output_failed(step_id)
+            self._log_only = False  # the step failed: more than text to save
         self._pending += session.effects()
         self._changed = True
         if not session.responding:
@@ -630,6 +645,7 @@ class Driver:
             return
         effects, sends, calls, outcomes = batch
         state = self._checkpoint(sends)
+        saved_seq = self.session.last_seq
         # The transcript goes apart from the rest of the state: only what changed.
         mark = self.session.history_mark
         dropped, added = self.session.history_since(self._history_mark) if state else (0, [])
@@ -650,10 +666,14 @@ class Driver:
                 self._report(outcome)
             return
         except StoreUnavailable as exc:
+            # Kept until a commit takes them: should the lease be lost meanwhile, they
+            # are posted to the new owner.
+            self._uncommitted_outcomes[:0] = outcomes
             self._store_down(exc)
         else:
             if state is not None:
                 self._history_mark = mark
+                self._checkpoint_seq = saved_seq
             if self._store_failing:
                 log.info("store_recovered")
                 self._store_failing = False
@@ -750,7 +770,6 @@ class Driver:
         ):
             return None
         self._since_checkpoint = self._since_checkpoint_size = 0
-        self._checkpoint_seq = self.session.last_seq
         return encode_state(self.session.state(with_history=False))
 
     def _store_down(self, exc: StoreUnavailable) -> None:

@@ -142,7 +142,11 @@ class Responses:
     def _start_step(self, response: ResponseState, *, again: bool = False) -> None:
         """Ask the model for the next step of ``response`` (``again``: the same step,
         whose stream was lost)."""
-        self._flush_notes()
+        if not again:
+            # Not when a step runs again on the node that took the session over: its
+            # request is the lost attempt's, word for word, so that a deterministic model
+            # says the same text; notes that came meanwhile go with the next step.
+            self._flush_notes()
         self._history.trim()  # never the turn in progress: this response's
         if not again:
             response.steps += 1

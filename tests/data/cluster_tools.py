@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import zlib
 from pathlib import Path
 
 import msgspec
 
 from gateway.server_tool import tool
 
-__all__ = ["RUNS_ENV", "TRACK_TIMEOUT", "release_file", "tally", "track"]
+__all__ = [
+    "ORDER_TIMEOUT",
+    "RUNS_ENV",
+    "TRACK_TIMEOUT",
+    "order",
+    "pids_file",
+    "release_file",
+    "tally",
+    "track",
+]
 
 RUNS_ENV = "CLUSTER_RUNS"
 TRACK_TIMEOUT = 3.0
@@ -25,8 +35,16 @@ _POLL = 0.02
 
 
 def _record(line: str) -> None:
-    with open(os.environ[RUNS_ENV], "a") as runs:
+    runs_file = os.environ[RUNS_ENV]
+    with open(runs_file, "a") as runs:
         runs.write(line + "\n")
+    with open(pids_file(Path(runs_file)), "a") as pids:  # which process ran it
+        pids.write(f"{line}\t{os.getpid()}\n")
+
+
+def pids_file(runs: Path) -> Path:
+    """The file beside ``runs`` that has each run with the pid of the node that ran it."""
+    return runs.with_name(runs.name + ".pids")
 
 
 def release_file(runs: Path, parcel: str) -> Path:
@@ -69,3 +87,25 @@ async def track(query: Parcel) -> ParcelStatus:
     while not release.exists():  # noqa: ASYNC110
         await asyncio.sleep(_POLL)
     return ParcelStatus(parcel=query.parcel, status="delivered")
+
+
+class OrderQuery(msgspec.Struct):
+    tag: str
+
+
+class OrderStatus(msgspec.Struct):
+    tag: str
+    status: str
+
+
+ORDER_TIMEOUT = 10.0
+"""Seconds ``order`` may run: one left on a killed node fails this long after it started."""
+
+
+@tool(execution="async", timeout=ORDER_TIMEOUT)
+async def order(query: OrderQuery) -> OrderStatus:
+    """Look an order up (an async server tool that finishes by itself, 0.2 to 0.8 s later, by
+    its tag: the same call takes as long wherever it runs)."""
+    _record(f"order {query.tag}")
+    await asyncio.sleep(0.2 + (zlib.crc32(query.tag.encode()) % 600) / 1000)
+    return OrderStatus(tag=query.tag, status="shipped")
