@@ -406,6 +406,11 @@ class Runtime:
             self.sessions.release(record.principal)
             raise
         if tail is None or (tail and not _caught_up(session, tail)):
+            if lease is not None and not await self._holds(record.session_id, lease):
+                # Another node took the session over while this one read it, and moved on
+                # (its acks trimmed the log): the client resumes where it is now.
+                self.sessions.release(record.principal)
+                return closing("session_moved")
             # Never, by the driver's rule (the log is not trimmed past the state saved):
             # were it so, the session would go on from an older point than its client's.
             log.error(
@@ -420,6 +425,14 @@ class Runtime:
         self.metrics.note_adoption()
         return self._drive(session, record.principal, lease, adopted_from=state.seq)
 
+    async def _holds(self, session_id: str, lease: Lease) -> bool:
+        """Whether ``lease`` is still the session's (renewed if so); ``False`` too when
+        the store does not answer (the lease will not be renewed either)."""
+        try:
+            return await self.store.renew(session_id, lease, ttl=self.config.lease_ttl)
+        except StoreUnavailable:
+            return False
+
     def _start_background(self) -> None:
         """With a durable store: renew this node's leases, listen for posts to its
         sessions. Started with the first session (it needs the running loop)."""
@@ -432,22 +445,27 @@ class Runtime:
     async def _renew_leases(self) -> None:
         """Renew the lease of every session driven here, every third of ``lease_ttl``, in
         pipelines of ``_RENEW_BATCH``; a session whose lease another node took is let go."""
-        ttl = self.config.lease_ttl
         while True:
-            await asyncio.sleep(ttl / 3)
-            drivers = [d for d in self.drivers.values() if d.lease is not None and not d.moved]
-            for start in range(0, len(drivers), _RENEW_BATCH):
-                batch = [(d, d.lease) for d in drivers[start : start + _RENEW_BATCH] if d.lease]
-                try:
-                    renewed = await self.store.renew_many(
-                        [(d.session_id, lease) for d, lease in batch], ttl=ttl
-                    )
-                except StoreUnavailable as exc:
-                    log.warning("leases_not_renewed", sessions=len(batch), error=str(exc))
-                    continue
-                for (driver, _), held in zip(batch, renewed, strict=True):
-                    if not held:
-                        driver.let_go()
+            await asyncio.sleep(self.config.lease_ttl / 3)
+            await self.renew_leases()
+
+    async def renew_leases(self) -> None:
+        """One pass of the renewals: every lease of this node, in pipelines of
+        ``_RENEW_BATCH``; a session whose lease another node took is let go."""
+        ttl = self.config.lease_ttl
+        drivers = [d for d in self.drivers.values() if d.lease is not None and not d.moved]
+        for start in range(0, len(drivers), _RENEW_BATCH):
+            batch = [(d, d.lease) for d in drivers[start : start + _RENEW_BATCH] if d.lease]
+            try:
+                renewed = await self.store.renew_many(
+                    [(d.session_id, lease) for d, lease in batch], ttl=ttl
+                )
+            except StoreUnavailable as exc:
+                log.warning("leases_not_renewed", sessions=len(batch), error=str(exc))
+                continue
+            for (driver, _), held in zip(batch, renewed, strict=True):
+                if not held:
+                    driver.let_go()
 
     async def _listen(self) -> None:
         """Wake the sessions driven here when something is posted for them."""

@@ -145,6 +145,12 @@ class Connection:
         return self._closing is not None
 
     @property
+    def peer_gone(self) -> bool:
+        """The client is gone: a write failed, or its reader saw the end of the socket (a
+        resume the client gave up on while the gateway was answering it, say)."""
+        return self._gone or (self.inbox is not None and self.inbox.closed)
+
+    @property
     def merged(self) -> int:
         return self._queue.merged
 

@@ -524,7 +524,7 @@ class Driver:
             self._pending += self.session.effects()
             self._changed = bool(self._pending) or not self._log_only
             await self._flush()
-            if self.lease is not None:
+            if self.lease is not None and not self.moved:
                 await self._take_posts()
             while not self.session.closed and not self.moved:
                 event = await self._next_event()
@@ -539,6 +539,10 @@ class Driver:
                     event, _Attach | _Detach | _Stop | _CloseSocket | _TakePosts | _LetGo
                 ):
                     await self._flush()
+                    if self.moved:  # that flush found the lease lost: it is not ours now
+                        if isinstance(event, _Attach) and not event.accepted.done():
+                            event.accepted.set_result(False)  # resumed where it is now
+                        break
                     await self._handle(event)
                     continue
                 if isinstance(event, Ack):
@@ -926,6 +930,25 @@ class Driver:
         if event.accepted.done():  # the attaching task was cancelled (its socket went)
             return
         conn, last_seq = event.conn, event.last_seq
+        if conn.peer_gone and self._conn is not None:
+            # A resume its client gave up on (it resumed on another socket meanwhile):
+            # taking it would close the client's live socket. Its transport finds the
+            # socket ended and lets it go.
+            log.info("stale_resume_ignored", last_seq=last_seq)
+            event.accepted.set_result(True)
+            return
+        missed: tuple[list[bytes] | None, StoreUnavailable | None] = (None, None)
+        if last_seq is not None:
+            try:
+                missed = await self._missed(last_seq)
+            except LeaseLost:
+                # Another node took the session over since this resume found it here: the
+                # client resumes there (its transport asks the store again), and this
+                # node's socket, if it has one, closes with 1013.
+                log.warning("session_lease_lost", at="resume")
+                self._move()
+                event.accepted.set_result(False)
+                return
         replaced = self._conn if self._conn is not conn else None
         if replaced is not None:
             log.info("session_taken_over")
@@ -938,24 +961,36 @@ class Driver:
         )
         self.detached.clear()
         if last_seq is not None:
-            await self._replay(conn, last_seq)
+            self._replay(conn, last_seq, *missed)
         event.accepted.set_result(True)
 
-    async def _replay(self, conn: Connection, last_seq: int) -> None:
-        """Send a resuming client what it missed, before any live event."""
+    async def _missed(self, last_seq: int) -> tuple[list[bytes] | None, StoreUnavailable | None]:
+        """The logged events after ``last_seq`` (``None``: some are gone, or the client is
+        ahead), read under the session's lease, and the store's failure if it failed.
+
+        Raises:
+            LeaseLost: the lease is no longer this node's: nothing may be replayed from
+                here (the log may hold events this session never had).
+        """
+        if last_seq > self.session.last_seq and self.lease is None:
+            return None, None
+        try:
+            events = await self._store.events_after(self.session_id, last_seq, lease=self.lease)
+        except StoreUnavailable as exc:  # the live session rebuilds the client instead
+            return None, exc
+        return (events if last_seq <= self.session.last_seq else None), None
+
+    def _replay(
+        self,
+        conn: Connection,
+        last_seq: int,
+        events: list[bytes] | None,
+        store_error: StoreUnavailable | None,
+    ) -> None:
+        """Send a resuming client what it missed (``events``, from ``_missed``), before any
+        live event; or the ``resume_gap`` error and a snapshot if it cannot be replayed."""
         now = self._clock()
         head = self.session.last_seq
-        try:
-            events = (
-                await self._store.events_after(self.session_id, last_seq)
-                if last_seq <= head
-                else None
-            )
-        except StoreUnavailable as exc:  # the live session rebuilds the client instead
-            store_error: StoreUnavailable | None = exc
-            events = None
-        else:
-            store_error = None
         if events is not None and len(events) != head - last_seq:
             events = None  # a hole: events the store did not take while it was down
         if events is None:

@@ -41,6 +41,11 @@ class Inbox(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def closed(self) -> bool:
+        """The stream has ended: nothing more will be put."""
+        return self._closed
+
     async def put(self, item: T) -> bool:
         """Add ``item`` once there is room.
 

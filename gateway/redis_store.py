@@ -217,12 +217,17 @@ class RedisStore:
     async def append_event(self, session_id: str, seq: int, data: bytes) -> None:
         await self.commit(session_id, None, state=None, events=[(seq, data)])
 
-    async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
-        async with self._pipeline() as pipe:
+    async def events_after(
+        self, session_id: str, seq: int, *, lease: Lease | None = None
+    ) -> list[bytes] | None:
+        async with self._pipeline() as pipe:  # MULTI: the fence as of the read
             pipe.exists(self._key(session_id, "record"))
             pipe.hget(self._key(session_id, "meta"), "dropped")
             pipe.xrange(self._key(session_id, "log"), min=str(max(seq, 0) + 1))
-            live, dropped, entries = await pipe.execute()
+            pipe.get(self._key(session_id, "fence"))
+            live, dropped, entries, fence = await pipe.execute()
+        if lease is not None and int(fence or 0) != lease.fence:
+            raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
         if not live or seq < int(dropped or 0):
             return None
         return [fields[b"d"] for _, fields in entries]

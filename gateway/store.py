@@ -92,8 +92,19 @@ class Store(Protocol):
         commit retried after a lost answer does not log twice.
         """
 
-    async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
-        """Every logged event after ``seq``, in order; ``None`` if some are gone (a gap)."""
+    async def events_after(
+        self, session_id: str, seq: int, *, lease: Lease | None = None
+    ) -> list[bytes] | None:
+        """Every logged event after ``seq``, in order; ``None`` if some are gone (a gap).
+
+        Args:
+            lease: read only while it is the session's lease, in one step with the read
+                (a node replaying to a resuming client must not answer from a session
+                another node took over meanwhile); ``None`` reads unchecked.
+
+        Raises:
+            LeaseLost: ``lease`` is not the session's current lease.
+        """
 
     async def trim_events(self, session_id: str, upto_seq: int) -> None:
         """Drop the events up to ``upto_seq`` (the client has them)."""
@@ -310,7 +321,11 @@ class MemoryStore:
     async def append_event(self, session_id: str, seq: int, data: bytes) -> None:
         await self.commit(session_id, None, state=None, events=[(seq, data)])
 
-    async def events_after(self, session_id: str, seq: int) -> list[bytes] | None:
+    async def events_after(
+        self, session_id: str, seq: int, *, lease: Lease | None = None
+    ) -> list[bytes] | None:
+        if lease is not None and not self._holds(session_id, lease):
+            raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
         entry = self._get(session_id)
         if entry is None or seq < entry.log.dropped_upto:
             return None

@@ -246,8 +246,16 @@ async def _resume(
 ) -> Driver | None:
     """Attach ``conn`` to the session ``msg`` names, wherever it was driven: a session
     that left this node meanwhile (another node took its lease, or this one handed it
-    over) is taken over again from the store, once."""
+    over) is taken over again from the store, once; should it move again meanwhile, the
+    client is told to resume (1013), never that the session ended.
+
+    A resume whose client is gone by then (it gave up on this socket and resumed on
+    another) takes nothing over: it would take the session from the client's live socket.
+    """
+    moved = False
     for _ in range(2):
+        if conn.peer_gone:
+            return None
         try:
             found = await runtime.find_session(msg, principal.name)
         except StoreUnavailable:
@@ -258,9 +266,13 @@ async def _resume(
             return None
         if await found.attach(conn, msg.last_seq):
             return found
-        if not found.moved:
+        moved = found.moved
+        if not moved:
             break
-    await refuse_expired(runtime, conn)
+    if moved:
+        await refuse(runtime, conn, closing("session_moved"))
+    else:
+        await refuse_expired(runtime, conn)
     return None
 
 

@@ -254,6 +254,20 @@ async def test_commit_under_a_stale_lease_raises_and_writes_nothing(store: Store
     assert await store.load_state("s1") == b"v2"
 
 
+async def test_a_replay_read_under_a_stale_lease_raises(store: Store):
+    # A node answering a resume reads the log under its lease, in one step: once another
+    # node took the session over, the log may hold events this node's session never had.
+    await store.create_session(record())
+    old = await store.acquire("s1", "a", ttl=10)
+    await store.commit("s1", old, state=b"v1", events=[(1, b"e1")])
+    assert await store.events_after("s1", 0, lease=old) == [b"e1"]
+    new = await store.acquire("s1", "b", ttl=10)
+    with pytest.raises(LeaseLost):
+        await store.events_after("s1", 0, lease=old)
+    assert await store.events_after("s1", 0, lease=new) == [b"e1"]
+    assert await store.events_after("s1", 0) == [b"e1"]  # unchecked
+
+
 async def test_two_nodes_racing_for_a_session_exactly_one_commit_applies(
     make_store: MakeStore,
 ):
