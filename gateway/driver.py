@@ -314,6 +314,7 @@ class Driver:
         "_others",
         "_parked",
         "_pending",
+        "_posts_read",
         "_provider",
         "_quick",
         "_round",
@@ -364,6 +365,9 @@ class Driver:
         """Effects of the events applied since the last commit, in order."""
         self._changed = False
         """An event was applied since the last commit (the state is to be saved)."""
+        self._posts_read = 0
+        """Posts at the head of the session's inbox applied since the last commit: the next
+        commit takes them out (see ``_take_posts``)."""
         self._uncommitted_outcomes: list[ToolFinished | ToolProgress] = []
         """Server tools' outcomes applied since the last commit: should the commit fail
         for a lost lease, they are posted to the session's new owner."""
@@ -662,6 +666,7 @@ class Driver:
                 calls=calls,
                 history_drop=dropped,
                 history=[encode_item(item) for item in added],
+                posts_taken=self._posts_read,
             )
         except LeaseLost:
             log.warning("session_lease_lost", events=len(sends))
@@ -675,6 +680,7 @@ class Driver:
             self._uncommitted_outcomes[:0] = outcomes
             self._store_down(exc)
         else:
+            self._posts_read = 0
             if state is not None:
                 self._history_mark = mark
                 self._checkpoint_seq = saved_seq
@@ -887,18 +893,26 @@ class Driver:
                 pass
 
     async def _take_posts(self) -> None:
-        """Apply what other nodes posted for the session (tool outcomes and progress)."""
+        """Apply what other nodes posted for the session (tool outcomes and progress). The
+        next commit takes them out of the inbox: should this node lose the session or die
+        first, they stay there for the next owner (so they are not posted again)."""
         try:
-            posts = await self._store.take_posts(self.session_id)
+            posts = await self._store.read_posts(self.session_id)
         except StoreUnavailable as exc:
             self._store_down(exc)
             return
+        if not posts:
+            return
+        ours = len(self._uncommitted_outcomes)
         for data in posts:
             routed = decode_routed(data)
             if routed is None:
                 log.error("post_unreadable", size=len(data))
                 continue
-            self._apply(routed)
+            self._apply(routed)  # again, if read before and not yet taken: applied once
+        del self._uncommitted_outcomes[ours:]  # they are in the inbox still
+        self._posts_read = len(posts)  # from the inbox's head: what the next commit takes
+        self._changed = True
         await self._flush()
 
     async def _trim(self, upto_seq: int) -> None:

@@ -39,7 +39,8 @@ touch()
 
 # ARGV: ttl, known ttl, fence ('' = unchecked), max_events, max_size, max_calls,
 # has_state ('1'/'0'), state, n_events, n_events x (seq, data), n_calls,
-# n_calls x (call_id, settled '1'/'0', data), history_drop, n_items, n_items x item.
+# n_calls x (call_id, settled '1'/'0', data), history_drop, n_items, n_items x item,
+# posts_taken.
 # Returns 0 (lease lost) or 1.
 COMMIT = """
 if ARGV[3] ~= '' and redis.call('GET', fence) ~= ARGV[3] then return 0 end
@@ -88,6 +89,10 @@ local h = i + 1
 local drop = tonumber(ARGV[h])
 if drop > 0 then redis.call('LTRIM', history, drop, -1) end
 for k = 1, tonumber(ARGV[h + 1]) do redis.call('RPUSH', history, ARGV[h + 1 + k]) end
+-- The posts this commit applied leave the inbox with it: a node that dies before its
+-- commit leaves them for the next owner.
+local taken = tonumber(ARGV[h + 2 + tonumber(ARGV[h + 1])])
+if taken > 0 then redis.call('LTRIM', inbox, taken, -1) end
 touch()
 return 1
 """

@@ -20,7 +20,8 @@ meta       hash         ``size`` (bytes in the log), ``dropped`` (highest seq tr
 calls      hash         call id -> the ``Call``, msgpack
 order      sorted set   call ids by their last save (``load_calls`` order)
 settled    sorted set   the settled ones, by last save: only ``max_calls`` are kept
-inbox      list         events posted for the owner by other nodes (``post``)
+inbox      list         events posted for the owner by other nodes (``post``), until
+                        the commit that applied them takes them (``posts_taken``)
 history    list         the transcript, one encoded item each: a commit drops the oldest
                         and appends the new (``state`` holds the rest of the session)
 known      string       "this session existed": ``ended`` is known and no record; it
@@ -295,6 +296,7 @@ class RedisStore:
         calls: Sequence[Call] = (),
         history_drop: int = 0,
         history: Sequence[bytes] = (),
+        posts_taken: int = 0,
     ) -> None:
         max_events, max_size, max_calls = self._limits
         args: list[str | int | bytes] = [
@@ -311,7 +313,7 @@ class RedisStore:
         args.append(len(calls))
         for call in calls:
             args += (call.call_id, int(call.settled), _encode(call))
-        args += (history_drop, len(history), *history)
+        args += (history_drop, len(history), *history, posts_taken)
         if not await self._run(self._commit, session_id, *args):
             assert lease is not None
             raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
@@ -327,13 +329,10 @@ class RedisStore:
     async def post(self, session_id: str, data: bytes) -> None:
         await self._run(self._post, session_id, data, self._channel(""), session_id)
 
-    async def take_posts(self, session_id: str) -> list[bytes]:
-        inbox = self._key(session_id, "inbox")
-        async with self._pipeline() as pipe:
-            pipe.lrange(inbox, 0, -1)
-            pipe.delete(inbox)
-            posts, _ = await pipe.execute()
-        return [bytes(post) for post in posts]
+    async def read_posts(self, session_id: str) -> list[bytes]:
+        with self._guard():
+            posts = await self._redis.lrange(self._key(session_id, "inbox"), 0, -1)
+        return [post if isinstance(post, bytes) else post.encode() for post in posts]
 
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         return self._listen(node, wake)

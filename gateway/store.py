@@ -146,14 +146,17 @@ class Store(Protocol):
         calls: Sequence[Call] = (),
         history_drop: int = 0,
         history: Sequence[bytes] = (),
+        posts_taken: int = 0,
     ) -> None:
         """One durable point, all or nothing, in one round trip.
 
         Appends ``events`` (seq, encoded) to the log with the bounds of
         ``append_event``, saves the encoded session ``state`` if given, saves ``calls``
-        into the ledger, and drops the ``history_drop`` oldest items of the session's
-        transcript and appends ``history`` (encoded items) to it. Nothing is written for
-        a session that does not exist (ended or expired).
+        into the ledger, drops the ``history_drop`` oldest items of the session's
+        transcript and appends ``history`` (encoded items) to it, and takes the
+        ``posts_taken`` oldest posts out of the inbox (the ones this commit applied, read
+        with ``read_posts``). Nothing is written for a session that does not exist (ended
+        or expired).
 
         Args:
             lease: the lease the write is made under; ``None`` skips the check (one
@@ -173,16 +176,18 @@ class Store(Protocol):
         """Leave a routed event for whoever owns the session.
 
         For a server tool's outcome or progress that finished on another node: it is
-        appended to the session's inbox (kept until taken, expires with the session;
+        appended to the session's inbox (kept until a commit takes it, expires with the session;
         dropped if the session does not exist) and the owning node is woken.
         """
 
-    async def take_posts(self, session_id: str) -> list[bytes]:
-        """Everything posted for the session, in order, removed atomically."""
+    async def read_posts(self, session_id: str) -> list[bytes]:
+        """Everything posted for the session and not yet taken, oldest first. Reading takes
+        nothing: the commit that saves what the owner made of them takes them
+        (``commit``'s ``posts_taken``), so a node that dies in between loses none."""
 
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         """While entered, call ``wake(session_id)`` when something is posted for a session
-        whose lease ``node`` holds. A wake says "call ``take_posts``"; it carries nothing."""
+        whose lease ``node`` holds. A wake says "call ``read_posts``"; it carries nothing."""
 
     async def aclose(self) -> None:
         """Let go of connections; the store is not used afterwards."""
@@ -386,6 +391,7 @@ class MemoryStore:
         calls: Sequence[Call] = (),
         history_drop: int = 0,
         history: Sequence[bytes] = (),
+        posts_taken: int = 0,
     ) -> None:
         self.commit_now(
             session_id,
@@ -395,6 +401,7 @@ class MemoryStore:
             calls=calls,
             history_drop=history_drop,
             history=history,
+            posts_taken=posts_taken,
         )
 
     def commit_now(
@@ -407,6 +414,7 @@ class MemoryStore:
         calls: Sequence[Call] = (),
         history_drop: int = 0,
         history: Sequence[bytes] = (),
+        posts_taken: int = 0,
     ) -> None:
         """``commit``, done before it returns (nothing here waits): a driver may commit
         from a callback (see ``Driver._flush_now``)."""
@@ -425,6 +433,8 @@ class MemoryStore:
             del entry.history[:history_drop]
         if history:
             entry.history += history
+        if posts_taken:
+            del entry.inbox[:posts_taken]
         self._touch(session_id)
 
     def log_now(self, session_id: str, events: Iterable[tuple[int, bytes]]) -> None:
@@ -455,12 +465,9 @@ class MemoryStore:
         for wake in list(self._listeners.get(node, ())) if node else ():
             wake(session_id)
 
-    async def take_posts(self, session_id: str) -> list[bytes]:
+    async def read_posts(self, session_id: str) -> list[bytes]:
         entry = self._get(session_id)
-        if entry is None:
-            return []
-        posts, entry.inbox = entry.inbox, []
-        return posts
+        return list(entry.inbox) if entry else []
 
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         return self._listen(node, wake)

@@ -104,6 +104,8 @@ class ChurnReport:
     tools: int = 0
     async_results: int = 0
     lost_with_a_node: int = 0
+    seconds: float = 0.0
+    """From the first conversation's start to the last one's end."""
     problems: list[str] = field(default_factory=list)
 
     def kinds(self) -> Counter[str]:
@@ -111,7 +113,8 @@ class ChurnReport:
 
     def summary(self) -> str:
         return (
-            f"{self.sessions} sessions, {self.turns} turns, {self.cuts} socket cuts,"
+            f"{self.sessions} sessions, {self.seconds:.0f} s, {self.turns} turns,"
+            f" {self.cuts} socket cuts,"
             f" {self.resumes} resumes, {self.tools} server tools, {self.async_results}"
             f" async results, {self.lost_with_a_node} lost with a killed node,"
             f" {len(self.problems)} problems {dict(self.kinds())}"
@@ -345,8 +348,10 @@ class Churn:
         self.deadline = loop.time() + self.seconds
         talks = [self._conversation(i) for i in range(self.sessions)]
         extra = [chaos(self.deadline)] if chaos is not None else []
+        started = loop.time()
         async with asyncio.timeout(self.seconds + TURN_TIMEOUT + SETTLE_TIMEOUT + 30):
             await asyncio.gather(*talks, *extra)
+        self.report.seconds = loop.time() - started
         self._check_runs()
         return self.report
 

@@ -808,6 +808,7 @@ class NodeStore:
         calls: Sequence[Call] = (),
         history_drop: int = 0,
         history: Sequence[bytes] = (),
+        posts_taken: int = 0,
     ) -> None:
         seqs = [seq for seq, _ in events]
         label = f"commit {self._who(session_id)}"
@@ -816,6 +817,8 @@ class NodeStore:
             label += f" +state@{decode_state(state).seq}"
         if calls:
             label += f" +{len(calls)} calls"
+        if posts_taken:
+            label += f" -{posts_taken} posts"
         label += f" fence {lease.fence if lease else '-'}"
         # The core goes on changing its calls while the commit waits: the write carries
         # them as they are now, as Redis's, encoded when the call is made, does.
@@ -828,6 +831,7 @@ class NodeStore:
             calls=calls,
             history_drop=history_drop,
             history=history,
+            posts_taken=posts_taken,
         )
         try:
             await self._call(label, op)
@@ -848,9 +852,9 @@ class NodeStore:
         self._sim.count("posts")
         await self._call(f"post {self._who(session_id)}", self._inner.post(session_id, data))
 
-    async def take_posts(self, session_id: str) -> list[bytes]:
-        op = self._inner.take_posts(session_id)
-        return await self._call(f"take_posts {self._who(session_id)}", op)
+    async def read_posts(self, session_id: str) -> list[bytes]:
+        op = self._inner.read_posts(session_id)
+        return await self._call(f"read_posts {self._who(session_id)}", op)
 
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         # Not a round trip: a subscription, woken when a post lands (at its release).

@@ -62,7 +62,8 @@ async def test_churn_round_robin_no_node_killed_loses_nothing(cluster: Cluster, 
     )
     report = await churn.run()
     adopted = await adoptions(cluster)
-    print(f"\nchurn, no kills: {report.summary()}, {adopted} adoptions")
+    per_minute = adopted / report.seconds * 60
+    print(f"\nchurn, no kills: {report.summary()}, {adopted} adoptions ({per_minute:.0f}/min)")
     assert report.problems == [], "\n".join(report.problems[:40])
     assert report.lost_with_a_node == 0
     assert report.turns > SESSIONS * 5

@@ -107,7 +107,7 @@ async def test_a_down_redis_raises_store_unavailable_and_the_store_recovers_afte
         store.ping(),
         store.get_session("s1"),
         store.commit("s1", lease, state=b"during", events=[(2, b"e2")]),
-        store.take_posts("s1"),
+        store.read_posts("s1"),
     ):
         with pytest.raises(StoreUnavailable) as caught:
             await attempt
@@ -145,7 +145,7 @@ async def test_listen_resubscribes_after_a_restart(store: RedisStore, server: Re
                     break
                 except TimeoutError:
                     continue
-    assert len(await store.take_posts("s1")) >= 1
+    assert len(await store.read_posts("s1")) >= 1
 
 
 async def test_errors_name_the_url_without_its_password(tmp_path):

@@ -131,7 +131,7 @@ async def test_end_session_forgets_state_log_calls_posts_and_lease(store: Store)
     assert await store.load_state("s1") is None
     assert await events(store) is None
     assert await store.load_calls("s1") == []
-    assert await store.take_posts("s1") == []
+    assert await store.read_posts("s1") == []
     assert await store.owner("s1") is None
     with pytest.raises(LeaseLost):
         await store.commit("s1", lease, state=b"late", events=[])
@@ -145,7 +145,7 @@ async def test_writes_to_an_unknown_session_are_dropped(store: Store):
     assert await events(store) is None
     assert await store.load_calls("s1") == []
     assert await store.load_state("s1") is None
-    assert await store.take_posts("s1") == []
+    assert await store.read_posts("s1") == []
 
 
 # The event log.
@@ -326,17 +326,37 @@ async def test_an_expired_lease_has_no_owner_but_renews_while_no_one_took_it(sto
 # Routed events.
 
 
-async def test_posts_are_taken_in_order_once(store: Store):
+async def test_posts_are_read_in_order_and_taken_by_the_commit_that_applied_them(store: Store):
     await store.create_session(record())
+    lease = await store.acquire("s1", "a", ttl=10)
     for n in range(5):
         await store.post("s1", b"p%d" % n)
-    assert await store.take_posts("s1") == [b"p0", b"p1", b"p2", b"p3", b"p4"]
-    assert await store.take_posts("s1") == []
+    assert await store.read_posts("s1") == [b"p0", b"p1", b"p2", b"p3", b"p4"]
+    assert await store.read_posts("s1") == [b"p0", b"p1", b"p2", b"p3", b"p4"]  # kept
+    await store.post("s1", b"p5")  # after the read: the commit leaves it
+    await store.commit("s1", lease, state=b"applied", events=[], posts_taken=5)
+    assert await store.read_posts("s1") == [b"p5"]
+
+
+async def test_posts_read_by_a_node_that_lost_the_session_stay_for_the_owner(store: Store):
+    # A node that read posts and lost the session (or died) before its commit leaves them
+    # to the node that took the session over: a tool's outcome is never lost in between.
+    await store.create_session(record())
+    old = await store.acquire("s1", "a", ttl=10)
+    await store.post("s1", b"outcome")
+    assert await store.read_posts("s1") == [b"outcome"]
+    new = await store.acquire("s1", "b", ttl=10)
+    with pytest.raises(LeaseLost):
+        await store.commit("s1", old, state=b"stale", events=[], posts_taken=1)
+    assert await store.read_posts("s1") == [b"outcome"]
+    await store.commit("s1", new, state=b"applied", events=[], posts_taken=1)
+    assert await store.read_posts("s1") == []
 
 
 async def test_posts_racing_takes_are_each_taken_exactly_once(make_store: MakeStore):
     poster, taker = await make_store(), await make_store()
     await poster.create_session(record())
+    lease = await taker.acquire("s1", "a", ttl=10)
     posts = [b"p%d" % n for n in range(200)]
     taken: list[bytes] = []
 
@@ -346,7 +366,9 @@ async def test_posts_racing_takes_are_each_taken_exactly_once(make_store: MakeSt
 
     async def take_all() -> None:
         while len(taken) < len(posts):
-            taken.extend(await taker.take_posts("s1"))
+            read = await taker.read_posts("s1")
+            await taker.commit("s1", lease, state=None, events=[], posts_taken=len(read))
+            taken.extend(read)
             await asyncio.sleep(0)
 
     async with asyncio.timeout(WAIT * 2):
@@ -380,7 +402,7 @@ async def test_listen_wakes_the_owning_node_only(store: Store):
     # Each node's wakes arrive in order: a wake for s3, or for another node's session,
     # would have come before the one awaited.
     assert woken == {"a": ["s1"], "b": ["s2"]}
-    assert await store.take_posts("s3") == [b"nobody owns s3"]
+    assert await store.read_posts("s3") == [b"nobody owns s3"]
 
 
 # Expiry.
@@ -405,7 +427,7 @@ async def test_every_key_of_an_unresumed_session_expires_and_it_counts_as_ended(
     assert await store.load_state("s1") is None
     assert await store.events_after("s1", 0) is None
     assert await store.load_calls("s1") == []
-    assert await store.take_posts("s1") == []
+    assert await store.read_posts("s1") == []
     assert await store.owner("s1") is None
     with pytest.raises(LeaseLost):
         await store.commit("s1", lease, state=b"late", events=[])
