@@ -597,18 +597,16 @@ class Driver:
         try:
             self.session.receive(event, now=self._clock())
         except Exception:
-            if not isinstance(event, ModelOutput):
-                raise
-            self._model_output_failed(event.step_id)
+            self._recover(event)
         self._pending += self.session.effects()
         self._changed = True
 
-    def _model_output_failed(self, step_id: str) -> None:
-        # A model's output is not ours to trust: whatever the core cannot handle in it
-        # fails the step, never the session.
-        log.exception("model_output_failed", step_id=step_id)
-        failed = ModelFailed(step_id, "the gateway could not handle the model's output")
-        self.session.receive(failed, now=self._clock())
+    def _recover(self, event: Event) -> None:
+        """The core raised applying ``event``: whatever it was, it fails the step or the
+        response it was part of, never the session (``Session.recover``)."""
+        log.exception("session_core_failed", failed_on=type(event).__name__)
+        self._log_only = False
+        self.session.recover(event, now=self._clock())
 
     def _apply_text(self, step_id: str, text: str) -> None:
         """``_apply`` for a model's text on the short path, then ``_flush_soon``: it only
@@ -623,8 +621,7 @@ class Driver:
         try:
             session.model_text(step_id, text, now=self._clock())
         except Exception:
-            self._model_output_failed(step_id)
-            self._log_only = False  # the step failed: more than text to save
+            self._recover(ModelOutput(step_id, ModelText(text)))
         self._pending += session.effects()
         self._changed = True
         if not session.responding:

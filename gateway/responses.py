@@ -113,6 +113,7 @@ class Responses:
             max_steps=msg.max_steps or self._max_steps,
             tool_mode=msg.tool_mode or self._tool_mode,
             voice=self._segments,
+            in_reply_to=msg.id,
         )
         self._latest = self._response.response_id
         self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
@@ -312,6 +313,22 @@ class Responses:
         if response.voice and (rest := self._segmenter_for(response).flush()) is not None:
             self._send_segments(response, [rest])
         self._out.send(TextDone(response_id=response.response_id, text=text))
+
+    def _fail_running(self, message: str) -> None:
+        """End the response running now, if any, saying why (``internal``, naming it and
+        the message it answers): the core failed in the middle of it. Whatever the core
+        raised, every ``response.created`` gets its ``response.done``, once."""
+        response = self._response
+        if response is None:
+            return
+        self._out.error(
+            "internal",
+            message,
+            in_reply_to=response.in_reply_to,
+            response_id=response.response_id,
+        )
+        status: ResponseStatus = "incomplete" if seen_text(response) else "failed"
+        self._cancel_response(response.response_id, status=status, reason=message)
 
     def _on_model_failed(self, event: ModelFailed) -> None:
         response = self._response

@@ -213,6 +213,33 @@ class Session(Responses):
             if response is not None and response.step_id == step_id and text:
                 self._on_text(response, text)
 
+    def recover(self, event: Event, *, now: float) -> None:
+        """``receive`` raised applying ``event`` (the gateway's bug, or a model's output it
+        cannot handle): carry on. A step whose output it was fails as a model failure does;
+        otherwise the response running now ends (``internal`` error, then ``response.done``),
+        so that no response is left open; with none running, the message is answered with
+        an ``internal`` error. The effects queued before the failure stay, in order."""
+        self._now = now
+        if self._phase is Phase.CLOSED:
+            return
+        response = self._response
+        if (
+            isinstance(event, ModelOutput)
+            and response is not None
+            and response.step_id == event.step_id
+        ):
+            self._on_model_failed(
+                ModelFailed(event.step_id, "the gateway could not handle the model's output")
+            )
+        elif response is not None:
+            self._fail_running("the gateway failed in the middle of this response")
+        else:
+            self._out.error(
+                "internal",
+                "the gateway failed to apply this message",
+                in_reply_to=getattr(event, "id", None),
+            )
+
     def receive(self, event: Event, *, now: float) -> None:
         """Apply one event. Effects accumulate until ``effects()`` is called."""
         self._now = now

@@ -90,6 +90,8 @@ class ResponseState(msgspec.Struct, kw_only=True):
     voice: bool = False
     """The session asked for segments when this response started (a change applies to
     the responses after it)."""
+    in_reply_to: str | None = None
+    """The id of the user message it answers (``None``: an async result's response)."""
 
 
 class SessionState(msgspec.Struct, kw_only=True):
