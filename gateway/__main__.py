@@ -40,38 +40,113 @@ def _flag_type(annotation: object) -> typing.Callable[[str], object]:
     return str
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gateway", description="Realtime conversation gateway")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
+def _description(annotation: object) -> str:
+    """The ``Meta(description=...)`` of a Config field's annotation; ``""`` if it has none."""
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, msgspec.Meta) and meta.description:
+            return meta.description
+    return ""
+
+
+def _help_phrase(sentence: str) -> str:
+    """``"Seconds a ... cut."`` as argparse words it: ``"seconds a ... cut"`` (``TCP`` stays)."""
+    sentence = sentence.rstrip(".")
+    if len(sentence) > 1 and not sentence[1].isupper():
+        sentence = sentence[0].lower() + sentence[1:]
+    return sentence
+
+
+def _shown(value: object) -> str:
+    """A default as an operator would type it."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _add_config_flags(serve: argparse.ArgumentParser) -> None:
+    """One flag per Config field: its description, default and variable (docs/limits.md)."""
     hints = typing.get_type_hints(Config)
     for field in msgspec.structs.fields(Config):
         flag = f"--{field.name.replace('_', '-')}"
-        help_text = f"(default: {field.default!r}; env GATEWAY_{field.name.upper()})"
-        if hints[field.name] is bool:  # a plain switch, such as --no-auth
+        hint = hints[field.name]
+        # An optional setting with a default is a limit that null turns off (STYLE.md).
+        nullable = type(None) in typing.get_args(hint) and field.default is not None
+        help_text = (
+            f"{_help_phrase(_description(field.type))} (default: {_shown(field.default)};"
+            f" env GATEWAY_{field.name.upper()}{', null disables' if nullable else ''})"
+        ).replace("%", "%%")  # argparse formats help with %
+        if hint is bool:  # a plain switch, such as --no-auth
             serve.add_argument(
                 flag, dest=field.name, action="store_true", default=None, help=help_text
             )
             continue
+        choices = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
         serve.add_argument(
             flag,
             dest=field.name,
-            type=_flag_type(hints[field.name]),
+            type=_flag_type(hint),
             default=None,
+            # Shown, not enforced here: from_env's error names a bad value as for a variable.
+            metavar="{" + ",".join(map(str, choices)) + "}" if choices else None,
             help=help_text,
         )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway",
+        description="Realtime conversation gateway: a WebSocket between your apps and a model.",
+        epilog="Run 'gateway COMMAND --help' for a command's flags.",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, title="commands", metavar="COMMAND"
+    )
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway: the WebSocket endpoints, the web demo and the HTTP API",
+        description="Run the gateway. Each setting is a flag and a GATEWAY_* environment"
+        " variable; a flag wins over its variable. Flags take values only: a limit is turned"
+        " off with null in its variable (GATEWAY_MAX_SESSIONS=null).",
+    )
+    _add_config_flags(serve)
     serve.add_argument(
         "--fd",
         type=int,
         default=None,
+        # A supervisor or a test binds the port, so no two processes race for it.
         help="serve on this inherited listening socket (a file descriptor) instead of binding"
-        " --host/--port: a supervisor or a test binds the port, so no two processes race for it",
+        " --host/--port (default: unset)",
     )
-    chat = commands.add_parser("chat", help="talk to a running gateway from this terminal")
-    chat.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime")
-    chat.add_argument("--token", default=None, help="client token, if the gateway needs one")
-    schema = commands.add_parser("schema", help="print the protocol's JSON Schema")
-    schema.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    chat = commands.add_parser(
+        "chat",
+        help="talk to a running gateway from this terminal",
+        description="Talk to a running gateway from this terminal: its text as it streams, tool"
+        " activity, and the demo agent's client functions run on this machine.",
+    )
+    chat.add_argument(
+        "--url",
+        default="ws://127.0.0.1:8000/v1/realtime",
+        help="the gateway's WebSocket endpoint (default: %(default)s)",
+    )
+    chat.add_argument(
+        "--token",
+        default=None,
+        help="a client token, if the gateway needs one (default: unset)",
+    )
+    schema = commands.add_parser(
+        "schema",
+        help="print the protocol's JSON Schema",
+        description="Print the JSON Schema of every message of the protocol.",
+    )
+    schema.add_argument(
+        "--output",
+        type=Path,
+        help="write the schema to this file instead of stdout (default: stdout)",
+    )
     add_tools_command(commands)
     return parser
 

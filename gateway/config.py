@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import msgspec
+from msgspec import Meta
 
 from gateway.errors import ConfigError
 
@@ -18,171 +19,315 @@ T = TypeVar("T")
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Everything the gateway can be told at startup. Each field has a CLI flag."""
+    """Everything the gateway can be told at startup. Each field has a CLI flag.
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    agent: str | None = None
-    """Path to an agent TOML file; ``None`` serves the bundled demo agent."""
-    model: str | None = None
-    """``provider:model`` (e.g. ``openai:gpt-4o-mini``), replacing the agent's model."""
-    base_url: str | None = None
-    """The model API's base URL, replacing the agent's (e.g. a local vLLM or Ollama)."""
-    ws_max_size: int = 2**20
-    """Largest inbound WebSocket frame in bytes; bigger frames close the socket with 1009."""
-    max_message_chars: int = 32_000
-    """Longest ``user.message`` text, in characters."""
-    max_queued_messages: int = 8
-    """User messages that may wait behind a running response before ``busy``."""
-    max_steps: int = 8
-    """Model steps (calls to the model) allowed in one response."""
-    client_call_timeout: float = 30.0
-    """Seconds a client has to answer a client-function call that sets no timeout."""
-    server_tool_timeout: float = 30.0
-    """Seconds a server tool may run when its definition sets no timeout."""
-    first_message_timeout: float = 10.0
-    """Seconds a new socket has to send its first message before it is closed (1008)."""
-    session_ttl: float = 120.0
-    """Seconds a session lives on after its socket is gone, waiting for ``session.resume``."""
-    store: str = "memory"
-    """Where sessions are kept: ``memory`` (this process; one node) or a Redis URL
-    (``redis://[:password@]host:port/db``, ``rediss://`` for TLS, ``unix:///path.sock``)
-    that every node of a cluster shares, so a session survives its node."""
-    lease_ttl: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    """Seconds a node's lease on a session lasts unless renewed; a session whose node
-    died is taken over by a resume at once, and its data outlive it by ``session_ttl``
-    plus this."""
-    node_id: str | None = None
-    """This node's name in session leases and logs (unique per node of a cluster); by
-    default ``<hostname>-<pid>-<random>``."""
-    replay_max_events: int = 10_000
-    """Events a session keeps for replay (the oldest go first; ``ack`` frees them sooner)."""
-    replay_max_size: int = 4 * 2**20
-    """Bytes of events a session keeps for replay."""
-    outbound_soft_size: int = 256 * 2**10
-    """Bytes queued for a slow client past which consecutive text deltas are merged."""
-    outbound_hard_size: int = 4 * 2**20
-    """Bytes queued for a slow client past which its socket closes with 1013 (it resumes)."""
-    ws_ping_interval: float | None = 20.0
-    """Seconds between WebSocket pings; ``None`` disables them."""
-    ws_ping_timeout: float | None = 20.0
-    """Seconds to wait for a pong before the peer counts as dead; ``None`` waits forever."""
-    shutdown_timeout: float = 30.0
-    """On SIGTERM, seconds running responses get to finish before they are cut."""
-    scripted_pace: float | None = None
-    """Seconds between words of the scripted model; ``None`` keeps the scenario's pace."""
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    loop: Literal["auto", "uvloop", "asyncio"] = "auto"
-    """The event loop ``gateway serve`` runs on: ``auto`` is uvloop where it is installed
-    (a dependency on Linux and macOS), else asyncio's own."""
-    no_auth: bool = False
-    """Serve callers without a credential (as ``anonymous``): local development only. The
-    gateway refuses to start with it on a host that is not loopback. Credentials
-    presented are still checked."""
-    api_keys: str | None = None
-    """API keys as comma-separated ``name:key`` pairs (prefer ``GATEWAY_API_KEYS`` or a
-    file to the flag: flags show in ``ps``). Without any key, a gateway on a loopback host
-    serves as under ``no_auth`` (with a warning) and one on any other host refuses to start."""
-    api_keys_file: str | None = None
-    """A file of API keys, one ``name:key`` a line (``#`` starts a comment)."""
-    token_secret: str | None = None
-    """The key (32 bytes or more) client tokens are signed with; the same on every node.
-    ``None`` makes a random one per process: its tokens die with it."""
-    token_ttl: float = 600.0
-    """Seconds a client token lives unless its request asks for less (or more, up to
-    ``max_token_ttl``)."""
-    max_token_ttl: float = 3600.0
-    """The longest lifetime, in seconds, a token request may ask for."""
-    allowed_origins: str | None = None
-    """Browser origins served besides the gateway's own, comma-separated
-    (``https://app.example.com``); ``*`` allows any. ``None``: same-origin only."""
-    allowed_hosts: str | None = None
-    """``Host`` names served, comma-separated (against DNS rebinding); ``*`` allows any.
-    ``None``: loopback names when bound to a loopback address, any name otherwise."""
-    max_messages_per_second: Annotated[float, msgspec.Meta(gt=0)] | None = 50.0
-    """Frames a socket may send per second, on average; a frame over the limit is dropped
-    and answered with ``error rate_limited``. ``None`` disables the limit."""
-    max_message_burst: Annotated[int, msgspec.Meta(ge=1)] | None = 100
-    """Frames a socket may send at once above the rate (the token bucket's size). A client
-    that sends this many more frames over the limit in a row is closed with 1008
-    ("message flood"). ``None`` disables the limit."""
-    max_inbound_queue: Annotated[int, msgspec.Meta(ge=1)] = 256
-    """Frames read from a socket that wait for its session, at most; as many more may wait
-    in the session's own queue. Past that the gateway stops reading the socket until the
-    session catches up (TCP back-pressure: the client's sends block; nothing is dropped)."""
-    tool_schema_max_size: int | None = 16 * 2**10
-    """Largest JSON Schema (input or output) of one client function, in bytes of JSON;
+    A field's ``Meta(description=...)`` is one sentence, its flag's line in ``gateway serve
+    --help``; the docstring under it, where there is one, says more.
+    """
+
+    host: Annotated[
+        str,
+        Meta(description="Address to listen on; any but a loopback one needs API keys."),
+    ] = "127.0.0.1"
+    port: Annotated[int, Meta(description="TCP port to listen on; 0 picks a free one.")] = 8000
+    agent: Annotated[
+        str | None,
+        Meta(description="The agent TOML file to serve; unset serves the bundled demo agent."),
+    ] = None
+    model: Annotated[
+        str | None,
+        Meta(description="The model, provider:model (openai:gpt-4o-mini), replacing the agent's."),
+    ] = None
+    base_url: Annotated[
+        str | None,
+        Meta(description="Base URL of the model's API (vLLM, Ollama...), replacing the agent's."),
+    ] = None
+    """For a local vLLM, Ollama or llama.cpp server (docs/providers.md)."""
+    ws_max_size: Annotated[
+        int,
+        Meta(description="Largest inbound WebSocket frame in bytes; bigger ones close with 1009."),
+    ] = 2**20
+    max_message_chars: Annotated[
+        int,
+        Meta(description="Longest user.message text, in characters (longer: message_too_large)."),
+    ] = 32_000
+    max_queued_messages: Annotated[
+        int,
+        Meta(description="User messages that may wait behind a running response (more: busy)."),
+    ] = 8
+    max_steps: Annotated[
+        int,
+        Meta(description="Model steps (calls to the model) allowed in one response."),
+    ] = 8
+    """A response whose last allowed step still asks for tools ends ``incomplete`` after
+    ``error max_steps_exceeded``."""
+    client_call_timeout: Annotated[
+        float,
+        Meta(description="Seconds a client has to answer a call to a function with no timeout."),
+    ] = 30.0
+    """Past it the call gets ``tool.status expired``."""
+    server_tool_timeout: Annotated[
+        float,
+        Meta(description="Seconds a server tool may run when its definition sets no timeout."),
+    ] = 30.0
+    """Async tools included: one that may take longer needs its own ``timeout``."""
+    first_message_timeout: Annotated[
+        float,
+        Meta(
+            description="Seconds a new socket has to send its first message, or it closes (1008)."
+        ),
+    ] = 10.0
+    session_ttl: Annotated[
+        float,
+        Meta(description="Seconds a session waits for session.resume after its socket is gone."),
+    ] = 120.0
+    store: Annotated[
+        str,
+        Meta(description="Where sessions live: memory (this process) or a Redis URL nodes share."),
+    ] = "memory"
+    """A Redis URL is ``redis://[:password@]host:port/db``, ``rediss://`` for TLS or
+    ``unix:///path.sock``; every node of a cluster shares it, so a session survives its node
+    (docs/scaling.md)."""
+    lease_ttl: Annotated[
+        float,
+        Meta(gt=0, description="Seconds a node's lease on a session lasts unless renewed."),
+    ] = 10.0
+    """A session whose node died is taken over by a resume at once, and its data outlive it
+    by ``session_ttl`` plus this."""
+    node_id: Annotated[
+        str | None,
+        Meta(description="This node's name in session leases and logs, unique in a cluster."),
+    ] = None
+    """By default ``<hostname>-<pid>-<random>``."""
+    replay_max_events: Annotated[
+        int,
+        Meta(description="Events a session keeps for replay after a drop; the oldest go first."),
+    ] = 10_000
+    """``ack`` frees them sooner; a resume from before the oldest kept gets ``resume_gap``."""
+    replay_max_size: Annotated[
+        int,
+        Meta(description="Bytes of events a session keeps for replay after a drop."),
+    ] = 4 * 2**20
+    outbound_soft_size: Annotated[
+        int,
+        Meta(description="Bytes queued for a slow client past which its text deltas are merged."),
+    ] = 256 * 2**10
+    """Consecutive ``text.delta`` events only."""
+    outbound_hard_size: Annotated[
+        int,
+        Meta(description="Bytes queued for a slow client past which its socket closes with 1013."),
+    ] = 4 * 2**20
+    """The client resumes and gets what it missed from the replay log."""
+    ws_ping_interval: Annotated[
+        float | None,
+        Meta(description="Seconds between WebSocket keepalive pings."),
+    ] = 20.0
+    """``None`` disables them."""
+    ws_ping_timeout: Annotated[
+        float | None,
+        Meta(description="Seconds a peer has to answer a ping before its socket closes (1013)."),
+    ] = 20.0
+    """A silent peer counts as dead and its session waits for a resume; ``None`` waits
+    forever."""
+    shutdown_timeout: Annotated[
+        float,
+        Meta(description="On SIGTERM, seconds running responses get to finish before being cut."),
+    ] = 30.0
+    scripted_pace: Annotated[
+        float | None,
+        Meta(description="Seconds between words of the scripted model; unset: the agent's pace."),
+    ] = None
+    """``0`` streams at once, for tests."""
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        Meta(description="The lowest level of the log lines written to stderr."),
+    ] = "info"
+    """Lines are JSON, or a readable rendering when stderr is a terminal (docs/operations.md)."""
+    loop: Annotated[
+        Literal["auto", "uvloop", "asyncio"],
+        Meta(description="The event loop: auto is uvloop where it is installed, else asyncio's."),
+    ] = "auto"
+    """uvloop is a dependency on Linux and macOS (docs/performance.md)."""
+    no_auth: Annotated[
+        bool,
+        Meta(description="Serve callers without a credential, as anonymous: loopback hosts only."),
+    ] = False
+    """For local development. The gateway refuses to start with it on a host that is not
+    loopback; what becomes of a credential presented anyway is in docs/security.md."""
+    api_keys: Annotated[
+        str | None,
+        Meta(description="API keys as comma-separated name:key pairs; prefer the env var."),
+    ] = None
+    """Prefer ``GATEWAY_API_KEYS`` or a file to the flag: flags show in ``ps``. Without any
+    key, a gateway on a loopback host serves as under ``no_auth`` (with a warning) and one on
+    any other host refuses to start."""
+    api_keys_file: Annotated[
+        str | None,
+        Meta(description="A file of API keys, one name:key a line (# starts a comment)."),
+    ] = None
+    token_secret: Annotated[
+        str | None,
+        Meta(description="The key (32+ bytes) that signs client tokens, the same on every node."),
+    ] = None
+    """``None`` makes a random one per process: its tokens die with it."""
+    token_ttl: Annotated[
+        float,
+        Meta(description="Seconds a client token lives unless its request asks for another time."),
+    ] = 600.0
+    """A request may ask for less, or for more up to ``max_token_ttl``."""
+    max_token_ttl: Annotated[
+        float,
+        Meta(description="The longest lifetime, in seconds, a client token request may ask for."),
+    ] = 3600.0
+    allowed_origins: Annotated[
+        str | None,
+        Meta(description="Browser origins served besides our own, comma-separated; * allows any."),
+    ] = None
+    """For example ``https://app.example.com``. ``None``: same-origin only."""
+    allowed_hosts: Annotated[
+        str | None,
+        Meta(description="Host names served, comma-separated (against DNS rebinding); * any."),
+    ] = None
+    """``None``: loopback names when bound to a loopback address, any name otherwise."""
+    max_messages_per_second: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        Meta(description="Frames a socket may send per second, on average (more: rate_limited)."),
+    ] = 50.0
+    """A frame over the limit is dropped and answered with ``error rate_limited``. ``None``
+    disables the limit."""
+    max_message_burst: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Frames a socket may send at once above the rate (the bucket's size)."),
+    ] = 100
+    """A client that sends this many more frames over the limit in a row is closed with
+    1008 ("message flood"). ``None`` disables the limit."""
+    max_inbound_queue: Annotated[
+        int,
+        Meta(ge=1, description="Frames read from a socket that may wait for its session."),
+    ] = 256
+    """As many more may wait in the session's own queue. Past that the gateway stops reading
+    the socket until the session catches up (TCP back-pressure: the client's sends block;
+    nothing is dropped)."""
+    tool_schema_max_size: Annotated[
+        int | None,
+        Meta(description="Largest JSON Schema of one client function, in bytes of JSON."),
+    ] = 16 * 2**10
+    """Its input or its output schema. ``None`` disables the limit."""
+    client_functions_max_size: Annotated[
+        int | None,
+        Meta(description="Bytes of JSON Schema one session.start or session.update may hold."),
+    ] = 128 * 2**10
+    """All the client functions' schemas together. ``None`` disables the limit."""
+    max_schema_depth: Annotated[
+        int | None,
+        Meta(description="Deepest nesting of objects and arrays in a client function's schema."),
+    ] = 24
+    """``None`` disables the limit (keep it: deep schemas exhaust the stack)."""
+    max_schema_nodes: Annotated[
+        int | None,
+        Meta(description="Schema nodes in all the client functions of one declaration."),
+    ] = 500
+    """Object members and array items, ``$ref`` targets counted where they are used, in all
+    the client-function schemas of one ``session.start`` or ``session.update``. Checking a new
+    schema costs up to about 0.6 ms per node (in a worker process, off the event loop; see
+    docs/limits.md). ``None`` disables the limit."""
+    max_schema_pattern_length: Annotated[
+        int | None,
+        Meta(description="Longest regex in a client function's schema, in characters."),
+    ] = 256
+    """In ``pattern`` or as a ``patternProperties`` key. ``None`` disables the limit."""
+    max_schema_check_steps: Annotated[
+        int | None,
+        Meta(description="Steps one check of a value against a client function's schema may take."),
+    ] = 3_000
+    """A step is a keyword evaluation (about 10 µs; ``enum`` counts its members,
+    ``uniqueItems`` the pairs of items); a result or arguments past it fail as too large to
+    check. ``None`` disables it."""
+    max_cached_schemas: Annotated[
+        int,
+        Meta(description="Checked client-function schemas kept compiled for reuse; keep >= 256."),
+    ] = 256
+    """The least recently used go first. A declaration holds up to 256 schemas, and those
+    that do not fit are checked on the event loop."""
+    handshake_timeout: Annotated[
+        float | None,
+        Meta(description="Seconds a connection has to send its whole HTTP request (slowloris)."),
+    ] = 10.0
+    """Request line, headers and body, a WebSocket upgrade included, and the same for each
+    request on a kept-alive connection. Past it the connection is dropped without an answer.
     ``None`` disables the limit."""
-    client_functions_max_size: int | None = 128 * 2**10
-    """Bytes of JSON Schema, all of them together, that one ``session.start`` or
-    ``session.update`` may declare; ``None`` disables the limit."""
-    max_schema_depth: int | None = 24
-    """Deepest nesting of objects and arrays in a client function's schema; ``None``
-    disables the limit (keep it: deep schemas exhaust the stack)."""
-    max_schema_nodes: int | None = 500
-    """Object members and array items, ``$ref`` targets counted where they are used, in
-    all the client-function schemas of one ``session.start`` or ``session.update``.
-    Checking a new schema costs up to about 0.6 ms per node (in a worker process, off the
-    event loop; see docs/limits.md). ``None`` disables the limit."""
-    max_schema_pattern_length: int | None = 256
-    """Longest regex (``pattern``, ``patternProperties``) in a client function's schema,
-    in characters; ``None`` disables the limit."""
-    max_schema_check_steps: int | None = 3_000
-    """Keyword evaluations (about 10 µs each; ``enum`` counts its members, ``uniqueItems``
-    the pairs of items) one check of a value against a client function's schema may take;
-    a result or arguments past it fail as too large to check. ``None`` disables it."""
-    max_cached_schemas: int = 256
-    """Checked client-function schemas kept, compiled, for the sessions that declare them
-    again (least recently used go first). Keep it at 256 or more: a declaration holds up
-    to 256 schemas, and those that do not fit are checked on the event loop."""
-    handshake_timeout: float | None = 10.0
-    """Seconds a new connection (and each request on a kept-alive one) has to send its whole
-    HTTP request: request line, headers and body, a WebSocket upgrade included. Past it the
-    connection is dropped without an answer (slowloris). ``None`` disables the limit."""
-    keep_alive_timeout: float = 5.0
-    """Seconds an idle HTTP keep-alive connection stays open (uvicorn's ``timeout_keep_alive``)."""
-    max_connections: int | None = 16_384
-    """Open connections (HTTP and WebSocket) past which new requests and upgrades get HTTP 503
-    (uvicorn's ``limit_concurrency``). ``gateway serve`` raises its open-file limit to fit
-    it when the system allows (and warns when it cannot). ``None`` disables the limit."""
-    send_timeout: float | None = 20.0
-    """Seconds one send to a WebSocket may stall (the client stopped reading) before the socket
-    is closed with 1013 and dropped after ``ws_close_timeout``; the session waits for a resume.
-    ``None`` waits forever (the keepalive ping still notices a dead peer)."""
-    ws_close_timeout: float = 5.0
-    """Seconds a closing WebSocket waits for the client's close frame; then the connection is
-    aborted, which frees what the kernel still buffers for a client that does not read."""
-    max_sockets_per_ip: int | None = 64
-    """Open WebSockets per client address; one more is closed with 1013. The addresses of
-    ``forwarded_allow_ips`` (trusted proxies: this machine by default) are not limited: behind
-    them each client's forwarded address is counted. ``None`` disables the limit."""
-    forwarded_allow_ips: str = "127.0.0.1,::1"
-    """Comma-separated addresses or networks of proxies trusted to set ``X-Forwarded-For``
-    (the client address used by ``max_sockets_per_ip``); ``*`` trusts any, an empty string
-    none."""
-    max_sessions: int | None = 20_000
-    """Sessions this gateway holds, live and waiting for a resume; one more ``session.start``
-    is closed with 1013. Size it to the node's memory (docs/limits.md). ``None`` disables
-    the limit."""
-    max_sessions_per_principal: int | None = 100
-    """Sessions one principal (an API key, or a user of a client token) holds, live and
-    waiting for a resume; one more ``session.start`` is closed with 4029. Without auth
-    (loopback only) every client is ``anonymous`` and only ``max_sessions`` holds. ``None``
+    keep_alive_timeout: Annotated[
+        float,
+        Meta(description="Seconds an idle HTTP keep-alive connection stays open."),
+    ] = 5.0
+    """uvicorn's ``timeout_keep_alive``."""
+    max_connections: Annotated[
+        int | None,
+        Meta(description="Open connections past which new requests and upgrades get HTTP 503."),
+    ] = 16_384
+    """HTTP and WebSocket (uvicorn's ``limit_concurrency``). ``gateway serve`` raises its
+    open-file limit to fit it when the system allows (and warns when it cannot). ``None``
     disables the limit."""
-    max_body_size: int | None = 64 * 2**10
-    """Largest HTTP request body in bytes; a larger one gets HTTP 413 and the connection
-    closes. ``None`` disables the limit."""
-    max_history_chars: int | None = 200_000
-    """The history a session keeps and sends the model, in characters of text plus bytes
-    of JSON of tool arguments and outputs (instructions and tool schemas not counted).
-    Before each model request the oldest whole turns go first; a tool call is never parted
-    from its result and the turn in progress is never cut, so a turn that alone is over
-    the budget is sent whole. ``None`` disables the limit (the history grows forever)."""
-    max_tool_result_size: int | None = 256 * 2**10
-    """Largest tool output or error, in bytes of JSON: a bigger client result is refused
-    with ``error invalid_result`` and a bigger server tool output fails its call; either
-    way the model gets a short tool error and nothing of the value is kept. ``None``
+    send_timeout: Annotated[
+        float | None,
+        Meta(description="Seconds a send to a client that stopped reading may stall (then 1013)."),
+    ] = 20.0
+    """Then the socket is closed with 1013 and dropped after ``ws_close_timeout``; the
+    session waits for a resume. ``None`` waits forever (the keepalive ping still notices a
+    dead peer)."""
+    ws_close_timeout: Annotated[
+        float,
+        Meta(description="Seconds a closing WebSocket waits for the client's close frame."),
+    ] = 5.0
+    """Then the connection is aborted, which frees what the kernel still buffers for a
+    client that does not read."""
+    max_sockets_per_ip: Annotated[
+        int | None,
+        Meta(description="Open WebSockets per client address; one more closes with 1013."),
+    ] = 64
+    """The addresses of ``forwarded_allow_ips`` (trusted proxies: this machine by default)
+    are not limited: behind them each client's forwarded address is counted. ``None``
     disables the limit."""
+    forwarded_allow_ips: Annotated[
+        str,
+        Meta(description="Proxies trusted to set X-Forwarded-For, comma-separated; * any."),
+    ] = "127.0.0.1,::1"
+    """Addresses or networks; an empty string trusts none. The forwarded address is the one
+    ``max_sockets_per_ip`` counts."""
+    max_sessions: Annotated[
+        int | None,
+        Meta(description="Sessions this node holds; one more session.start closes with 1013."),
+    ] = 20_000
+    """Live and waiting for a resume. Size it to the node's memory (docs/limits.md). ``None``
+    disables the limit."""
+    max_sessions_per_principal: Annotated[
+        int | None,
+        Meta(description="Sessions one caller holds; one more session.start closes with 4029."),
+    ] = 100
+    """The caller is a principal: an API key, or a user of a client token; sessions count
+    live and waiting for a resume. Without auth (loopback only) every client is
+    ``anonymous`` and only ``max_sessions`` holds. ``None`` disables the limit."""
+    max_body_size: Annotated[
+        int | None,
+        Meta(description="Largest HTTP request body in bytes; a larger one gets HTTP 413."),
+    ] = 64 * 2**10
+    """The connection closes after the 413. ``None`` disables the limit."""
+    max_history_chars: Annotated[
+        int | None,
+        Meta(description="Characters of history a session keeps and sends the model."),
+    ] = 200_000
+    """Characters of text plus bytes of JSON of tool arguments and outputs (instructions and
+    tool schemas not counted). Before each model request the oldest whole turns go first; a
+    tool call is never parted from its result and the turn in progress is never cut, so a
+    turn that alone is over the budget is sent whole. ``None`` disables the limit (the
+    history grows forever)."""
+    max_tool_result_size: Annotated[
+        int | None,
+        Meta(description="Largest tool output or error, in bytes of JSON; larger fails the call."),
+    ] = 256 * 2**10
+    """A bigger client result is refused with ``error invalid_result`` and a bigger server
+    tool output fails its call; either way the model gets a short tool error and nothing of
+    the value is kept. ``None`` disables the limit."""
 
 
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Config:

@@ -24,12 +24,32 @@ __all__ = ["add_tools_command", "run_tools_command"]
 
 def add_tools_command(commands: Any) -> None:
     """Add ``tools list`` and ``tools test`` to the CLI's subcommands."""
-    tools = commands.add_parser("tools", help="list an agent's tools, or run one by itself")
-    actions = tools.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="name, kind, backend, sync/async, input summary")
-    test = actions.add_parser("test", help="run one server tool with an input, print its answer")
+    tools = commands.add_parser(
+        "tools",
+        help="list an agent's tools, or run one by itself",
+        description="List an agent's tools, or run one server tool by itself, as the gateway"
+        " would (its backends started, its input checked against its schema).",
+    )
+    actions = tools.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    listing = actions.add_parser(
+        "list",
+        help="list the tools: name, kind, backend, sync/async, input",
+        description="List the agent's tools: name, kind, backend, sync/async and input.",
+    )
+    test = actions.add_parser(
+        "test",
+        help="run one server tool with an input, print its answer",
+        description="Run one server tool with an input and print its answer; exit 1 if the"
+        " tool failed, 2 if it could not run.",
+    )
     test.add_argument("name", help="the tool's name, as `tools list` shows it")
-    test.add_argument("--input", default="{}", help="the tool's input, a JSON object")
+    test.add_argument(
+        "--input", default="{}", help="the tool's input, a JSON object (default: %(default)s)"
+    )
+    json_help = {
+        listing: "print JSON instead of a table (default: off)",
+        test: "print the answer as one line of JSON (default: off, indented)",
+    }
     for parser in (listing, test):
         parser.add_argument(
             "--agent",
@@ -37,7 +57,7 @@ def add_tools_command(commands: Any) -> None:
             default=None,
             help="the agent file (default: GATEWAY_AGENT, else the demo agent)",
         )
-        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--json", action="store_true", help=json_help[parser])
 
 
 async def run_tools_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
