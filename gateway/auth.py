@@ -252,7 +252,11 @@ class Authenticator:
         tokens: the client-token issuer.
         agent: the agent this gateway serves (tokens must be for it).
         no_auth: serve callers without a credential, as ``anonymous`` (local
-            development only); credentials presented are still checked.
+            development only). A bearer credential (``Authorization: Bearer``, or the
+            key OpenAI's browser client offers as a subprotocol) that is neither a key
+            nor a valid token of this gateway is then ignored, with a warning logged once:
+            OpenAI's SDKs always send their own key. A token offered as a token (the
+            ``gateway.token.<t>`` subprotocol, ``?token=``) is still checked.
     """
 
     def __init__(
@@ -262,6 +266,7 @@ class Authenticator:
         self.tokens = tokens
         self.agent = agent
         self.no_auth = no_auth
+        self._warned_ignored = False
 
     @classmethod
     def from_config(cls, config: Config, *, agent: str) -> Authenticator:
@@ -324,12 +329,30 @@ class Authenticator:
             raise AuthError("unknown API key", label="bad_key")
         return name
 
-    def bearer(self, authorization: str | None, *, origin: str | None, now: float) -> Principal:
-        """The principal of an ``Authorization: Bearer`` API key or client token;
-        ``anonymous`` when there is none and auth is off.
+    def backend(self, authorization: str | None) -> str | None:
+        """The name of the API key in an ``Authorization: Bearer`` header; ``None`` when
+        auth is off and the header holds no key of this gateway (a credential that is not
+        one is ignored, as in ``bearer``).
 
         Raises:
-            AuthError: no credential (auth on), or one that does not hold.
+            AuthError: auth is on, and no bearer credential or not a key of this gateway.
+        """
+        try:
+            return self.api_key(authorization)
+        except AuthError as exc:
+            if not self.no_auth:
+                raise
+            if exc.label != "no_key":
+                self._ignore(exc)
+            return None
+
+    def bearer(self, authorization: str | None, *, origin: str | None, now: float) -> Principal:
+        """The principal of an ``Authorization: Bearer`` API key or client token;
+        ``anonymous`` when auth is off and there is none, or one that does not hold
+        (ignored: see ``no_auth``).
+
+        Raises:
+            AuthError: auth is on, and no credential or one that does not hold.
         """
         credential = _bearer(authorization)
         if credential is None:
@@ -339,7 +362,13 @@ class Authenticator:
                 "an API key or a client token is required (Authorization: Bearer ...)",
                 label="no_token",
             )
-        return self._credential(credential, origin=origin, now=now)
+        try:
+            return self._credential(credential, origin=origin, now=now)
+        except AuthError as exc:
+            if not self.no_auth:
+                raise
+            self._ignore(exc)
+            return ANONYMOUS
 
     def socket(
         self,
@@ -365,6 +394,20 @@ class Authenticator:
         if query_token is not None:
             return self.tokens.verify(query_token, now=now, agent=self.agent, origin=origin)
         return self.bearer(authorization, origin=origin, now=now)
+
+    def _ignore(self, exc: AuthError) -> None:
+        """Under ``--no-auth``: serve a caller whose credential does not hold as anonymous,
+        and say so once (every OpenAI SDK client sends a key, on every socket)."""
+        if self._warned_ignored:
+            return
+        self._warned_ignored = True
+        log.warning(
+            "credential_ignored",
+            label=exc.label,
+            reason=exc.reason,
+            note="--no-auth: a bearer credential this gateway does not accept (`reason` says "
+            "why) is ignored and its caller served as anonymous; logged once per process",
+        )
 
     def _credential(self, credential: str, *, origin: str | None, now: float) -> Principal:
         name = self.api_keys.name_of(credential)

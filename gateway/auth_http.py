@@ -76,7 +76,8 @@ def _unauthorized(exc: AuthError) -> JSONResponse:
 
 def guard_bearer(runtime: Runtime, request: Request) -> JSONResponse | None:
     """``None`` when the request carries a valid API key or client token (or needs none,
-    under ``--no-auth``); else the 401 to answer."""
+    under ``--no-auth``, where a credential that does not hold is ignored); else the 401 to
+    answer."""
     try:
         runtime.auth.bearer(
             request.headers.get("authorization"),
@@ -89,13 +90,11 @@ def guard_bearer(runtime: Runtime, request: Request) -> JSONResponse | None:
 
 
 def guard_tool_test(runtime: Runtime, request: Request) -> JSONResponse | None:
-    """``None`` when the request carries a valid API key (or none, under ``--no-auth``);
-    else the 401 to answer. Running tools is for backends, so tokens do not do."""
-    authorization = request.headers.get("authorization")
-    if runtime.auth.no_auth and authorization is None:
-        return None
+    """``None`` when the request carries a valid API key (or anything, under ``--no-auth``,
+    where a credential that is no key is ignored); else the 401 to answer. Running tools is
+    for backends, so tokens do not do."""
     try:
-        runtime.auth.api_key(authorization)
+        runtime.auth.backend(request.headers.get("authorization"))
     except AuthError as exc:
         return _unauthorized(exc)
     return None

@@ -170,6 +170,8 @@ class Cluster:
         store_url: the redis-server's URL, shared by every node.
         count: how many nodes.
         args: more ``gateway serve`` arguments, for every node.
+        auth: the arguments that set every node's authentication: ``--no-auth`` unless
+            given (say ``["--api-keys-file", path, "--token-secret", secret]``).
     """
 
     def __init__(
@@ -181,6 +183,7 @@ class Cluster:
         agent: Path = CLUSTER_AGENT,
         lease_ttl: float = 1.0,
         args: Sequence[str] = (),
+        auth: Sequence[str] = ("--no-auth",),
     ) -> None:
         self.directory = directory
         self.runs = directory / "runs.txt"
@@ -191,7 +194,7 @@ class Cluster:
             "--store", store_url,
             "--agent", str(agent),
             "--lease-ttl", str(lease_ttl),
-            "--no-auth",
+            *auth,
             "--max-sockets-per-ip", "100000",
             *args,
         ]  # fmt: skip
