@@ -12,7 +12,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -22,10 +22,14 @@ from gateway.schema import SchemaValidator, schema_problem
 from gateway.schema_guard import SchemaBudget, SchemaGuard
 from gateway.widget import output_schema, widget_problem
 
+if TYPE_CHECKING:
+    from gateway.server_tool import Progress
+
 __all__ = [
     "Delivery",
     "Execution",
     "Kind",
+    "Progress",
     "ToolDef",
     "ToolEntry",
     "ToolRegistry",
@@ -37,6 +41,18 @@ Kind = Literal["client", "server"]
 Execution = Literal["sync", "async"]
 Delivery = Literal["when_idle", "interrupt", "silent"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+if not TYPE_CHECKING:  # mypy sees the import above; a __getattr__ would make any name Any
+
+    def __getattr__(name: str) -> Any:
+        """``gateway.tools.Progress``, where code written before it moved finds it; imported
+        only when asked for, as ``gateway.server_tool`` runs on the event loop."""
+        if name == "Progress":
+            from gateway.server_tool import Progress
+
+            return Progress
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_display_name(name: str) -> str:
