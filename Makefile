@@ -63,7 +63,8 @@ test: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 	node --test client_sdk/js
 	$(BIN)/python -m pytest
 
-# The inner loop: everything but the tests marked slow (multi-node tortures, soaks).
+# The inner loop: everything but the tests marked slow (multi-node tortures and soaks, the
+# resume race, the browser, the JS SDK's drops). Every test has a timeout (pyproject.toml).
 test-fast: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 	node --test client_sdk/js
 	$(BIN)/python -m pytest -m "not slow"
@@ -76,7 +77,7 @@ SOAK_SECONDS ?= 60
 SOAK_SEED ?= 1
 soak: $(STAMP) system-packages
 	CHURN_SESSIONS=$(SOAK_SESSIONS) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_SEED=$(SOAK_SEED) \
-		$(BIN)/python -m pytest tests/test_cluster_churn.py -p no:cacheprovider -s -q
+		$(BIN)/python -m pytest tests/test_cluster_churn.py -p no:cacheprovider -s -q --timeout=0
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -1,9 +1,14 @@
-"""What a costly frame costs the other sessions: their ping round trips meanwhile.
+"""What a costly frame or a flood costs the other sessions: their ping round trips meanwhile.
 
 Runs the gateway in-process on a free port with the test agent; client and server share one
 event loop and one core (figures include both ends). For each case, one session sends a
 ``session.update`` while another pings one ping at a time until the update is answered.
-Prints the time to the answer and the victim's round trips; asserts nothing.
+Prints the time to the answer, the victim's round trips and how many of its pongs came
+before the answer. Then one session streams 150 words (4 ms apart) and pings every 10
+deltas while other sessions flood (ten pipelined pings at a time) until each is closed:
+the streamer's round trips and the floods closed meanwhile. Asserts nothing: these are the
+figures tests/test_frame_limits.py once asserted; it now checks the order of events, with
+sanity bounds ten times these.
 
     .venv/bin/python -m bench.frame_limits
 """
@@ -11,9 +16,12 @@ Prints the time to the answer and the victim's round trips; asserts nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 from typing import Any
+
+import websockets
 
 from client_sdk import Connection
 from gateway.logging import configure_logging
@@ -51,13 +59,15 @@ def _deep(depth: int) -> dict[str, Any]:
 
 async def _measure(
     victim: Connection, client: Connection, frame: str, frame_kind: str
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], int]:
+    """The time to the answer, the victim's round trips, its pongs before the answer."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     await client.send_raw(frame)
     answer = asyncio.ensure_future(client.recv(within=120))
     took = 0.0
     rtts = []
+    meanwhile = 0
     while True:
         sent = loop.time()
         await victim.send_raw(json.dumps({"type": "ping"}))
@@ -66,9 +76,10 @@ async def _measure(
         if answer.done():
             took = took or loop.time() - started
             break
+        meanwhile += 1
     kind = type(await answer).__name__
     assert kind == ("SessionUpdated" if "checked" in frame_kind else "Error"), kind
-    return took, rtts
+    return took, rtts, meanwhile
 
 
 async def main() -> None:
@@ -81,15 +92,84 @@ async def main() -> None:
                     samples = [
                         await _measure(victim, client, _frame(build(n)), name) for n in range(5)
                     ]
-                    took = statistics.median(t for t, _ in samples)
-                    rtts = [r for _, rs in samples for r in rs]
+                    took = statistics.median(t for t, _, _ in samples)
+                    rtts = [r for _, rs, _ in samples for r in rs]
+                    meanwhile = min(m for _, _, m in samples)
                     where = "worker" if offload else "event loop"
                     print(
                         f"{name:<28} check on {where:<13} answer p50 {took * 1000:7.1f} ms"
-                        f"  victim ping n={len(rtts):<4} p50 {statistics.median(rtts) * 1000:6.1f}"
+                        f"  victim ping n={len(rtts):<5} p50 {statistics.median(rtts) * 1000:6.1f}"
                         f" ms  max {max(rtts) * 1000:6.1f} ms"
+                        f"  pongs before the answer (fewest) {meanwhile}"
                     )
     SchemaWorker.check = _ORIGINAL  # type: ignore[method-assign]
+    await _floods()
+
+
+async def _floods(runs: int = 5) -> None:
+    """The streamer's round trips while flooding sessions are refused and closed."""
+    words = " ".join(f"w{i}" for i in range(150))
+    limits = {"max_messages_per_second": 50.0, "max_message_burst": 20}
+    rtts: list[float] = []
+    closed: list[int] = []
+    async with running_gateway(scripted_pace=0.004, **limits) as url:
+        for _ in range(runs):
+            async with session(url) as (streamer, _):
+                await streamer.send_raw(
+                    json.dumps({"type": "user.message", "text": f"echo {words}"})
+                )
+                stop = asyncio.Event()
+                floods: list[None] = []
+                flooding = asyncio.create_task(_keep_flooding(url, stop, floods))
+                rtts += await _stream_and_ping(streamer)
+                closed.append(len(floods))
+                stop.set()
+                await flooding
+    print(
+        f"{'streaming beside floods':<28} streamer ping n={len(rtts):<4}"
+        f" p50 {statistics.median(rtts) * 1000:6.1f} ms  max {max(rtts) * 1000:6.1f} ms"
+        f"  floods closed per stream (fewest) {min(closed)}"
+    )
+
+
+async def _stream_and_ping(streamer: Connection) -> list[float]:
+    """Ping after every 10 events until ``response.done``; the round trips."""
+    loop = asyncio.get_running_loop()
+    rtts: list[float] = []
+    while True:
+        sent = loop.time()
+        await streamer.send_raw(json.dumps({"type": "ping"}))
+        while (kind := type(await streamer.recv(within=120)).__name__) not in (
+            "Pong",
+            "ResponseDone",
+        ):
+            pass
+        if kind == "ResponseDone":
+            return rtts
+        rtts.append(loop.time() - sent)
+        for _ in range(10):
+            if type(await streamer.recv(within=120)).__name__ == "ResponseDone":
+                return rtts
+
+
+async def _keep_flooding(url: str, stop: asyncio.Event, floods: list[None]) -> None:
+    while not stop.is_set():
+        async with session(url) as (conn, _):
+            sent = 0
+            with contextlib.suppress(websockets.ConnectionClosed):
+                reader = asyncio.ensure_future(_read_all(conn))
+                while not reader.done():
+                    for _ in range(10):
+                        await conn.send_raw(json.dumps({"type": "ping", "id": f"f{sent}"}))
+                        sent += 1
+                    await asyncio.sleep(0)
+                await reader
+            floods.append(None)
+
+
+async def _read_all(conn: Connection) -> None:
+    while True:
+        await conn.recv()
 
 
 _ORIGINAL = SchemaWorker.check

@@ -1,7 +1,10 @@
-"""Shared pytest hooks: a failed test that ran gateway processes shows their logs."""
+"""Shared pytest hooks: a failed test that ran gateway processes shows their logs, and under
+CI (the environment variable ``CI`` set, as ``.ci/run`` runs) a skipped test fails: what
+``make test`` installs is there, so a skip means a test that did not run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
@@ -14,3 +17,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     cluster = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and cluster is not None:
         report.sections.append(("gateway nodes", cluster.report()))
+    if report.skipped and not hasattr(report, "wasxfail") and _under_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped while CI is set, which fails the run: {reason}"
+
+
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")

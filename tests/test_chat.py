@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 import pexpect
+import pytest
 
 from tests.retrying_model import RetriesWhenFlaky
 from tests.support import serving
@@ -71,6 +72,7 @@ def converse(chat: pexpect.spawn) -> None:
     chat.close()
 
 
+@pytest.mark.slow  # a terminal session through pexpect: about 6 s
 async def test_gateway_chat_in_a_terminal(tmp_path: Path, monkeypatch):
     # The order lookup reports progress after 1.5 s and ends after 3 s: after the reply (0.5 s).
     monkeypatch.setenv("DEMO_ORDER_SECONDS", "3")

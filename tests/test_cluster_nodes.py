@@ -33,6 +33,8 @@ from gateway.redis_store import RedisStore
 from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store, running_cluster
 from tests.redis_server import RedisServer, redis_server
 
+pytestmark = pytest.mark.slow  # processes, nginx and kills: seconds each
+
 T = TypeVar("T", bound=ServerMsg)
 WAIT = 20.0
 TOOL_TIMEOUT = 10.0

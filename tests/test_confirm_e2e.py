@@ -93,6 +93,7 @@ async def test_the_js_sdk_approves_and_declines_what_the_user_decides():
     assert result["asked"] == [["cancel_order", "Cancel order 1234?", "server"]] * 2
 
 
+@pytest.mark.slow  # a real Chromium, as the web demo's tests
 async def test_the_web_demo_asks_with_a_card_and_approve_runs_the_tool():
     async with (
         serving(agent=None, scripted_pace=0.0) as demo,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 
+import pytest
+
 from gateway.driver import Driver
 from gateway.protocol import Ping, Pong, ServerMsg, ToolCalls, ToolStatus
 from tests.support import say_until_calls, serving, session
@@ -46,6 +48,7 @@ class _BusyUntilExpired:
         pass
 
 
+@pytest.mark.slow  # the busy spell: about 10 s on a 2-core machine
 async def test_a_deadline_fires_on_time_while_events_never_stop_coming():
     async with serving() as gateway, session(gateway.url) as (conn, created):
         driver = gateway.runtime.drivers[created.session_id]

@@ -2,8 +2,10 @@
 
 Client-function schemas are bounded before jsonschema sees them, frames over a socket's
 rate are refused, and a flooding socket is closed; meanwhile other sessions' pings and
-streams go on. Round trips are measured from events (a ``pong`` for a ``ping``), never
-from sleeps.
+streams go on. What is checked is the order of events (pongs answered while a check or a
+flood runs); the few clocks read here back sanity bounds ten times what is expected, never
+speed targets. The figures (round trips while a costly frame is handled) are printed by
+``bench/frame_limits.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import json
 import statistics
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import websockets
@@ -44,11 +46,19 @@ def update_frame(input_schema: dict[str, Any], msg_id: str = "u", functions: int
     return json.dumps({"type": "session.update", "id": msg_id, "client_functions": declared})
 
 
-async def ping_round_trips(conn: Connection, until: Awaitable[Any]) -> list[float]:
-    """Ping ``conn`` one ping at a time until ``until`` is done (and twice more); seconds."""
+class Pinged(NamedTuple):
+    rtts: list[float]
+    """Each ping's round trip, in seconds."""
+    meanwhile: int
+    """Pongs that came while ``until`` was still pending."""
+
+
+async def ping_round_trips(conn: Connection, until: Awaitable[Any]) -> Pinged:
+    """Ping ``conn`` one ping at a time until ``until`` is done (and twice more)."""
     loop = asyncio.get_running_loop()
     done = asyncio.ensure_future(until)
     rtts: list[float] = []
+    meanwhile = 0
     extra = 2
     while extra:
         if done.done():
@@ -59,8 +69,9 @@ async def ping_round_trips(conn: Connection, until: Awaitable[Any]) -> list[floa
         assert isinstance(pong, Pong)
         assert pong.ts == sent
         rtts.append(loop.time() - sent)
+        meanwhile += not done.done()
     await done
-    return rtts
+    return Pinged(rtts, meanwhile)
 
 
 async def refusal(conn: Connection, frame: str) -> Error:
@@ -82,14 +93,18 @@ async def test_a_costly_schema_is_refused_while_other_sessions_stay_responsive()
         session(url) as (victim, _),
         session(url) as (attacker, _),
     ):
-        rtts = await ping_round_trips(victim, refusal(attacker, frame))
-        error = await refusal(attacker, frame)  # again: refused as cheaply the second time
+        first = await ping_round_trips(victim, refusal(attacker, frame))
+        refused = asyncio.ensure_future(refusal(attacker, frame))
+        again = await ping_round_trips(victim, refused)  # refused as cheaply the second time
+        error = refused.result()
         assert (error.code, error.in_reply_to) == ("invalid_message", "u")
         assert "tool_schema_max_size" in error.message
         events = await say(attacker, "echo still here")
         assert streamed_text(events) == "still here"
-    assert len(rtts) >= 3
-    assert statistics.median(rtts) < 0.050, rtts
+    # No ping waited for a check of the schema. A sanity bound: the slowest round trip is
+    # 40 ms on an idle 2-core machine (bench/frame_limits.py), 134 ms was seen under load;
+    # checked on the event loop, this schema held every ping for about 30 s.
+    assert max(first.rtts + again.rtts) < 1.0, (first, again)
 
 
 async def test_a_new_schema_at_the_limits_is_checked_off_the_event_loop():
@@ -100,14 +115,12 @@ async def test_a_new_schema_at_the_limits_is_checked_off_the_event_loop():
     unlimited = {"max_messages_per_second": None}  # the victim pings as fast as it can
     async with running_gateway(**unlimited) as url, session(url) as (victim, _):
         async with session(url) as (client, _):
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            rtts = await ping_round_trips(victim, updated(client, update_frame(at_limit)))
-            took = loop.time() - started
-    # Checked on the loop, one ping would wait for the whole check and few would be sent.
-    assert len(rtts) >= 5, (rtts, took)
-    assert statistics.median(rtts) < 0.050, rtts
-    assert max(rtts) < min(0.150, took), (max(rtts), took)
+            pinged = await ping_round_trips(victim, updated(client, update_frame(at_limit)))
+    # The victim's pings are answered while the check runs. Checked on the event loop (which
+    # the client shares here), the check holds every ping until it ends: the pongs before
+    # the answer would be the one that beat the update to the core. Off the loop, hundreds
+    # come (490 at fewest on an idle 2-core machine: bench/frame_limits.py).
+    assert pinged.meanwhile >= 20, pinged
 
 
 async def updated(conn: Connection, frame: str) -> None:
@@ -183,7 +196,8 @@ async def test_a_flood_is_rate_limited_then_closed_while_another_session_streams
             first = await streamer.recv_until(lambda e: isinstance(e, TextDelta))
             deltas = sum(isinstance(e, TextDelta) for e in first)
             stop = asyncio.Event()
-            floods = asyncio.create_task(keep_flooding(url, stop))
+            results: list[tuple[list[Error], Any]] = []
+            floods = asyncio.create_task(keep_flooding(url, stop, results))
             rtts: list[float] = []
             loop = asyncio.get_running_loop()
             ended = False
@@ -202,11 +216,18 @@ async def test_a_flood_is_rate_limited_then_closed_while_another_session_streams
                     if isinstance(event, ResponseDone):
                         ended = True
                         break
+            closed_while_streaming = len(results)
             stop.set()
-            results = await floods
+            await floods
     assert deltas == len(words)
+    # The streamer's pings were answered between its deltas all along, and floods were
+    # refused and closed meanwhile (a flood ends in milliseconds, the stream takes 0.6 s).
     assert len(rtts) >= 5
-    assert statistics.median(rtts) < 0.050, rtts
+    assert closed_while_streaming >= 1
+    # A sanity bound, ten times the 50 ms this test once asserted (bench/frame_limits.py:
+    # 1.3 ms on an idle 2-core machine): a flood that starved the other sessions would hold
+    # their pongs for seconds.
+    assert statistics.median(rtts) < 0.5, rtts
     for refused, closed in results:
         assert refused, "no frame was rate limited"
         assert all(e.retryable for e in refused)
@@ -260,13 +281,13 @@ async def ping_in_bursts(conn: Connection, bursts: int) -> None:
         )
 
 
-async def keep_flooding(url: str, stop: asyncio.Event) -> list[tuple[list[Error], Any]]:
-    """One flooding session after another, until ``stop``."""
-    results = []
+async def keep_flooding(
+    url: str, stop: asyncio.Event, results: list[tuple[list[Error], Any]]
+) -> None:
+    """One flooding session after another, until ``stop``; each one's end in ``results``."""
     while not stop.is_set():
         async with session(url) as (conn, _):
             results.append(await flood_until_closed(conn))
-    return results
 
 
 async def flood_until_closed(conn: Connection) -> tuple[list[Error], Any]:

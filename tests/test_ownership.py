@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import pytest
+
 from tests.ownership_sim import INVARIANTS, Outcome, run_schedule
 
 SEEDS = 300
@@ -39,6 +41,7 @@ def _summary(failed: list[Outcome], ran: int) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.slow  # every seeded schedule: about 8 s
 def test_sessions_moving_between_nodes_keep_every_guarantee() -> None:
     seeds = _seeds()
     keep_going = bool(os.environ.get(KEEP_GOING_ENV))

@@ -214,15 +214,22 @@ async def test_a_stalled_stream_ends_at_the_stall_timeout(stack):
     async with session(gateway.url) as (conn, _):
         started = now()
         events = await say(conn, "hi")
-    assert now() - started < 5  # the stall_timeout (0.5 s), not the 10 s stall
+        (record,) = await llm.requests(wait=5)
+    # A sanity bound, ten times the stall_timeout (0.5 s; bench/cancel_upstream.py prints
+    # the figure); sitting the 10 s stall out would fail it.
+    assert now() - started < 5
     done = events[-1]
     assert isinstance(done, ResponseDone)
     assert done.status == "incomplete"
     error = next(e for e in events if isinstance(e, Error))
     assert "stalled" in error.message
+    # The gateway hung up during the stall: the stream never finished.
+    assert not record.completed
+    assert record.stall_waited is not None
+    assert record.stall_waited < 10
 
 
-async def test_cancel_closes_the_upstream_request_within_100_ms(stack):
+async def test_cancel_closes_the_upstream_request_mid_stream(stack):
     _provider, llm, gateway = stack
     await llm.script(
         {"type": "reply", "text": "one two three four five six"},
@@ -238,4 +245,11 @@ async def test_cancel_closes_the_upstream_request_within_100_ms(stack):
     done = events[-1]
     assert isinstance(done, ResponseDone)
     assert done.status == "cancelled"
-    assert record.ended_at - cancelled_at < 0.1, record.ended_at - cancelled_at
+    # The cancel cut the upstream stream short: it never finished, nothing after the stall
+    # (10 s, from the fifth chunk) went out, and the stall, if it began, was not sat through.
+    assert not record.completed
+    assert record.chunks_sent <= 4
+    assert record.stall_waited is None or record.stall_waited < 10
+    # A sanity bound, ten times the 0.1 s this test once asserted; bench/cancel_upstream.py
+    # prints the figure (2 to 8 ms on an idle 2-core machine).
+    assert record.ended_at - cancelled_at < 1.0, record.ended_at - cancelled_at

@@ -78,23 +78,66 @@ async def test_open_client_call_is_offered_again_and_its_result_applied_once(gat
         calls = before[-1]
         assert isinstance(calls, ToolCalls)
         call = calls.calls[0]
-        result = ToolResults(
-            results=[ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "x"})]
-        )
-        await conn.send(result)  # it leaves just before the drop: it may or may not arrive
-        await cut(conn)
+        await cut(conn)  # before the client answered: the call is still open
+    result = ToolResults(
+        results=[ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "x"})]
+    )
     async with resuming(gateway.url, created, calls.seq) as (conn, resumed):
         assert isinstance(resumed, SessionResumed)
-        assert [c.call_id for c in resumed.open_calls] in ([call.call_id], [])
-        await conn.send(result)  # sent again, unconfirmed: the gateway applies it once
-        after = await until(conn, ResponseDone)
+        assert [c.call_id for c in resumed.open_calls] == [call.call_id]
+        await conn.send(result)
+        await conn.send(result)  # sent twice (the client could not tell): applied once
+        after = await answered_and_done(conn)
     statuses = [(e.status, e.duplicate) for e in after if isinstance(e, ToolStatus)]
-    assert [s for s in statuses if not s[1]] == [("completed", False)]
+    assert statuses == [("completed", False), ("completed", True)]
     texts = [e.text for e in before + after if isinstance(e, TextDone)]
     assert texts == ["calling A", "A=x"]
 
 
-async def test_call_opened_while_away_is_in_open_calls(gateway):
+async def test_a_result_that_arrived_before_the_drop_is_not_offered_again(gateway):
+    async with session(gateway.url) as (conn, created):
+        await conn.send(UserMessage(text="one"))
+        before = await until(conn, ToolCalls)
+        calls = before[-1]
+        assert isinstance(calls, ToolCalls)
+        call = calls.calls[0]
+        result = ToolResults(
+            results=[ToolResult(call_id=call.call_id, tool=call.tool, output={"value": "x"})]
+        )
+        await conn.send(result)
+        applied = await conn.recv_until(
+            lambda e: isinstance(e, ToolStatus) and e.status == "completed"
+        )
+        await cut(conn)  # after the gateway applied it
+    assert not applied[-1].duplicate
+    async with resuming(gateway.url, created, applied[-1].seq) as (conn, resumed):
+        assert isinstance(resumed, SessionResumed)
+        assert resumed.open_calls == []
+        await conn.send(result)  # sent again (the client could not tell): a duplicate
+        after = await answered_and_done(conn)
+    statuses = [(e.status, e.duplicate) for e in after if isinstance(e, ToolStatus)]
+    assert statuses == [("completed", True)]
+    texts = [e.text for e in before + applied + after if isinstance(e, TextDone)]
+    assert texts == ["calling A", "A=x"]
+
+
+async def answered_and_done(conn: Connection) -> list[Outbound]:
+    """Events until both the duplicate's ``tool.status`` and ``response.done`` came (in
+    either order: the response may end before the duplicate is read)."""
+    seen: list[Outbound] = []
+
+    def both(event: Outbound) -> bool:
+        seen.append(event)
+        return any(isinstance(e, ResponseDone) for e in seen) and any(
+            isinstance(e, ToolStatus) and e.duplicate for e in seen
+        )
+
+    return await conn.recv_until(both)
+
+
+async def test_an_async_result_that_comes_while_away_is_replayed_and_is_no_open_call(gateway):
+    # open_calls lists the client's own calls to answer; a server tool's call (async here)
+    # is the gateway's to finish, so it is never in them, pending or done.
     async with session(gateway.url) as (conn, created):
         await conn.send(UserMessage(text="order 7"))
         done = (await until(conn, ResponseDone))[-1]

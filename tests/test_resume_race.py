@@ -1,4 +1,7 @@
-"""A resume racing the session's TTL always gets an answer: resumed, or 4008."""
+"""A resume racing the session's TTL always gets an answer: resumed, or 4008.
+
+Slow (two stores, 300 races each): ``make test-fast`` leaves it out.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from tests.data.tools import reset_gates
 from tests.redis_server import redis_server
 from tests.support import Gateway, serving, session
 
+pytestmark = pytest.mark.slow
+
 _TTL = 0.3
 _SPREAD = 0.05
 """Resumes land up to this many seconds before or after the TTL runs out."""
@@ -24,7 +29,10 @@ _ATTEMPTS = 300
 _BATCH = 10
 """Attempts at once: more, and their own load delays the resumes past the moment they aim
 at (on Redis each one is a few store round trips), so the race is no longer run."""
-_ANSWER_WITHIN = 1.0
+_ANSWER_WITHIN = 10.0
+"""A sanity bound, not a speed target: ten times the 1 s this test once allowed. An answer
+takes milliseconds (bench/resume_race.py prints the figures); what the test catches is
+silence, a resume that is never answered."""
 
 
 async def _resume_at_the_deadline(gateway: Gateway, attempt: int, offset: float) -> object:

@@ -434,15 +434,24 @@ async def test_every_key_of_an_unresumed_session_expires_and_it_counts_as_ended(
 
 
 async def test_renewing_the_lease_keeps_the_session(make_store: MakeStore):
-    store = await make_store(session_ttl=0.6, lease_ttl=0.2)
-    await store.create_session(record())
-    lease = await store.acquire("s1", "a", ttl=0.2)
-    end = time.monotonic() + 1.5  # well past the 0.8 s TTL
-    while time.monotonic() < end:
-        assert await store.renew("s1", lease, ttl=0.2)
-        assert await store.get_session("s1") == record()
-        await asyncio.sleep(0.05)  # the renew cadence under test, not a wait for a result
+    # Two sessions made together; only s1's lease is renewed. The test runs until s2, its
+    # twin, has expired: s1 outlived the TTL only because of its renewals. The TTLs are ten
+    # times the renew cadence, so a loaded machine that delays a renewal does not lose s1.
+    store = await make_store(session_ttl=0.1, lease_ttl=0.5)  # keys live 0.6 s
+    await store.create_session(record("s1"))
+    await store.create_session(record("s2"))
+    lease = await store.acquire("s1", "a", ttl=0.5)
+    await store.acquire("s2", "a", ttl=0.5)
+    async with asyncio.timeout(WAIT):
+        while await store.get_session("s2") is not None:
+            assert await store.renew("s1", lease, ttl=0.5)
+            assert await store.get_session("s1") == record("s1")
+            await asyncio.sleep(0.05)  # the renew cadence under test, not a wait for a result
+    # s1's last write before the renewals came before s2's: unrenewed, it would be gone too.
+    assert await store.renew("s1", lease, ttl=0.5)
+    assert await store.get_session("s1") == record("s1")
     assert await store.load_state("s1") is None  # alive, and never given a state
+    assert await store.owner("s2") is None
 
 
 def test_lease_is_a_frozen_value():

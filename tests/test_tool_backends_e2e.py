@@ -241,6 +241,7 @@ async def gateway_cli(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow  # a CLI process per kind of tool: about 17 s
 async def test_the_cli_lists_and_tests_each_kind_of_tool(toolsmith: Toolsmith):
     agent = str(toolsmith.agent)
     code, out, _ = await gateway_cli("tools", "list", "--agent", agent)

@@ -23,6 +23,8 @@ from tests.browser import (
 )
 from tests.support import Gateway, serving
 
+pytestmark = pytest.mark.slow  # a real Chromium: seconds per test
+
 
 @pytest.fixture
 async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:

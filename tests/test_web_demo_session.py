@@ -23,6 +23,8 @@ from tests.support import Gateway, serving
 
 DATA = Path(__file__).parent / "data"
 
+pytestmark = pytest.mark.slow  # a real Chromium: seconds per test
+
 
 @pytest.fixture
 async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:

@@ -101,6 +101,7 @@ async def test_the_python_sdk_answers_a_widget_call_with_a_client_function():
     assert answer == "Great: your order will wait for you at Harbor Mall."
 
 
+@pytest.mark.slow  # a real Chromium, as the web demo's tests
 async def test_the_web_demo_shows_the_widget_and_the_click_is_the_answer():
     async with (
         serving(agent=None, scripted_pace=0.0) as demo,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -36,18 +38,28 @@ async def test_tools_are_listed_with_their_schemas(http):
         ("wrong_shape", b"{}", 200, "error", "output schema"),
         ("device_a", b"{}", 400, "error", "client function"),
         ("teleport", b"{}", 404, "error", "no tool"),
+        ("hang", b"{}", 200, "error", "tool_timeout: no result within 0.3 s"),
     ],
 )
 async def test_running_a_tool_by_itself(http, tool, body, status, key, words):
+    started = time.perf_counter()
     response = await http.post(f"/v1/tools/{tool}/test", content=body)
+    took_ms = (time.perf_counter() - started) * 1000
     assert response.status_code == status
     answer = response.json()
     if isinstance(words, dict):
         assert answer[key] == words
     else:
         assert words in answer[key]
-    if status == 200:
-        assert answer["duration_ms"] >= 0
+    if status != 200:  # the tool never ran: nothing was timed
+        assert set(answer) == {"error"}
+        return
+    # The tool ran: the answer says how long, in ms to a tenth, within the request's time.
+    assert set(answer) == {key, "duration_ms"}
+    assert isinstance(answer["duration_ms"], float)
+    assert 0 <= answer["duration_ms"] <= took_ms
+    if tool == "hang":  # timed out at its own timeout (0.3 s): the run lasted that long
+        assert answer["duration_ms"] >= 300
 
 
 async def test_the_web_demo_and_the_sdk_are_served(http):
