@@ -5,9 +5,12 @@ CI (the environment variable ``CI`` set, as ``.ci/run`` runs) a skipped test fai
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.redis_server import RedisServer, redis_server
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -25,3 +28,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+@pytest.fixture
+def redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own (Debian's, on a unix socket); with AOF when the test
+    parametrizes this fixture with ``True`` (``indirect=True``)."""
+    with redis_server(tmp_path, appendonly=getattr(request, "param", False)) as server:
+        yield server

@@ -11,9 +11,8 @@ lost, nothing run twice, every event once and in order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from pathlib import Path
 
 import pytest
 import websockets
@@ -38,17 +37,11 @@ from gateway.protocol import (
 )
 from tests.data.tools import gate, reset_gates, runs
 from tests.proxy import Proxy, proxy_to
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 from tests.support import Gateway, resuming, say, serving, session, streamed_text
 
 LEASE_TTL = 1.0
 """Short, so that a node that lost a session learns it within a third of a second."""
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from gateway.auth import TokenIssuer, TokenRequest
 from gateway.protocol import SessionCreated, SessionResume, SessionResumed, SessionStart
 from gateway.redis_store import RedisStore
 from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # three processes, redis-server and nginx: seconds to start
 
@@ -39,12 +39,6 @@ WAIT = 20.0
 MAX_CUTS = 3
 """Cuts until the session has resumed on another node: round robin over three nodes moves
 it at the first one (one socket at a time through one nginx worker); the bound is slack."""
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.churn import Churn
 from tests.cluster import Cluster, adoptions, behind_nginx, running_cluster
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +29,6 @@ SEED = int(os.environ.get("CHURN_SEED", "1"))
 KILL_EVERY = 20.0
 """Seconds between two SIGKILLs in the run with kills (each node comes back 5 s later)."""
 TOOL_TIMEOUT = 10.0
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

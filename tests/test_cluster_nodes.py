@@ -12,7 +12,7 @@ deterministic model, so a step that runs again on another node says the same wor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -31,7 +31,7 @@ from gateway.protocol import (
 )
 from gateway.redis_store import RedisStore
 from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store, running_cluster
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # processes, nginx and kills: seconds each
 
@@ -48,13 +48,6 @@ LOST = (
 )
 """The reason a server tool left on a dead node fails with (gateway/dispatch.py)."""
 """Seconds any one step of a test may take (a node's death and a resume included)."""
-
-
-@pytest.fixture
-def redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server; with AOF when the test parametrizes this fixture with ``True``."""
-    with redis_server(tmp_path, appendonly=getattr(request, "param", False)) as server:
-        yield server
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from gateway.redis_store import RedisStore
 from tests.cluster import Cluster, adoptions, owner, owners_store, running_cluster
 from tests.nginx import nginx_in_front
 from tests.proxy import Proxy, proxy_to
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 from tests.support import Gateway, serving
 from tests.test_auth import AUTH, mint
 
@@ -166,12 +166,6 @@ async def test_the_gateway_ignores_the_session_parameter_on_both_endpoints(
 
 
 # ----------------------------------------------------------------------- through nginx
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from gateway.state import decode_state, encode_state
 from gateway.system_tools import TransferTarget, transfer_tool
 from gateway.tools import ToolDef, ToolRegistry
 from gateway.transcript import AssistantTurn, UserTurn
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 from tests.support import serving
 from tests.test_cluster import client_on, moved_to, said, text_of
 from tests.test_session import Harness, persisted  # noqa: F401
@@ -316,12 +316,6 @@ async def test_the_tools_of_an_agent_sessions_may_be_handed_to_are_listed_and_te
                 404,
                 {"error": "no agent 'nobody' on this gateway"},
             )
-
-
-@pytest.fixture
-def redis(tmp_path: Path):
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 async def test_a_transferred_session_goes_on_with_its_agent_on_another_node(

@@ -5,7 +5,7 @@ was never heard. Checked in the session core, then on the wire of each provider 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from gateway.protocol import (
 )
 from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
 from tests.mock_llm import MockLLM, mock_llm
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 from tests.support import Gateway, serving
 from tests.test_cluster import client_on, moved_to, said, text_of
 from tests.test_session import Harness, persisted  # noqa: F401
@@ -166,12 +166,6 @@ async def test_the_next_request_carries_only_what_was_heard(stack):
 
 
 # ----------------------------------------------------------------- kept by the store
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 async def test_a_truncated_history_is_what_another_node_restores(redis: RedisServer):
