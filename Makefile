@@ -83,6 +83,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from gateway.logging import configure_logging
-from gateway.protocol import ResponseCancel, ResponseDone, TextDelta, UserMessage
+from gateway.wire.v1 import ResponseCancel, ResponseDone, TextDelta, UserMessage
 from tests.mock_llm import MockLLM, mock_llm, now
 from tests.support import serving, session
 

@@ -42,7 +42,7 @@ import redis.asyncio as aioredis
 
 from bench.turn_latency import _client_function_turns
 from client_sdk import Connection, connect, connect_raw
-from gateway.protocol import SessionCreated, SessionResumed, SessionStart
+from gateway.wire.v1 import SessionCreated, SessionResumed, SessionStart
 from tests.proxy import proxy_to
 from tests.redis_server import redis_server
 from tests.support import TEST_AGENT

@@ -25,12 +25,12 @@ import time
 from typing import Any
 
 from bench.provider_overhead import sse_body
+from gateway.core.model import ModelRequest, ModelText
+from gateway.core.transcript import UserTurn
 from gateway.logging import configure_logging
-from gateway.model import ModelRequest, ModelText
-from gateway.protocol import ResponseDone, TextDelta, UserMessage
 from gateway.providers.http import HttpModel
 from gateway.providers.openai import OpenAIProvider
-from gateway.transcript import UserTurn
+from gateway.wire.v1 import ResponseDone, TextDelta, UserMessage
 from tests.support import serving, session
 
 __all__: list[str] = []

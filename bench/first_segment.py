@@ -19,9 +19,9 @@ import sys
 import time
 
 from client_sdk import connect
+from gateway.core.segments import Segmenter
 from gateway.logging import configure_logging
-from gateway.protocol import ResponseDone, TextDelta, TextSegment
-from gateway.segments import Segmenter
+from gateway.wire.v1 import ResponseDone, TextDelta, TextSegment
 from tests.support import serving
 
 __all__: list[str] = []

@@ -25,7 +25,7 @@ import websockets
 
 from client_sdk import Connection
 from gateway.logging import configure_logging
-from gateway.schema_worker import SchemaWorker
+from gateway.shell.schema_worker import SchemaWorker
 from tests.support import running_gateway, session
 
 __all__: list[str] = []

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from gateway.model import ModelRequest, ModelText
+from gateway.core.model import ModelRequest, ModelText
+from gateway.core.transcript import UserTurn
 from gateway.providers.http import HttpModel
 from gateway.providers.openai import OpenAIProvider
-from gateway.transcript import UserTurn
 
 __all__: list[str] = []
 

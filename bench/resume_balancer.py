@@ -36,8 +36,8 @@ import httpx
 
 from bench.cluster import CLIENT_CPUS, Node, _pct, gateway_node
 from client_sdk import Conversation, connect
-from gateway.protocol import SessionResumed
-from gateway.redis_store import RedisStore
+from gateway.store.redis import RedisStore
+from gateway.wire.v1 import SessionResumed
 from tests.nginx import nginx_in_front
 from tests.redis_server import redis_server
 

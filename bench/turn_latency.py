@@ -16,7 +16,7 @@ import sys
 import time
 
 from gateway.logging import configure_logging
-from gateway.protocol import ResponseDone, TextDelta, ToolResult, ToolResults
+from gateway.wire.v1 import ResponseDone, TextDelta, ToolResult, ToolResults
 from tests.support import running_gateway, say, say_until_calls, session
 
 __all__: list[str] = []

@@ -19,7 +19,7 @@ from client_sdk.client import Conversation
 from client_sdk.device import battery_level, nearest_store, settings_report
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError
-from gateway.protocol import (
+from gateway.wire.v1 import (
     AgentTransferred,
     Error,
     Outbound,

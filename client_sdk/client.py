@@ -70,7 +70,7 @@ from client_sdk.resume import (
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from client_sdk.widgets import WidgetHandler, ask_user
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Ack,
     AgentTransferred,
     ClientCall,

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from client_sdk.handler import call_handler
-from gateway.protocol import ConfirmItem, ToolConfirmation
+from gateway.wire.v1 import ConfirmItem, ToolConfirmation
 
 __all__ = [
     "MAX_REASON_CHARS",

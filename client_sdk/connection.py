@@ -18,7 +18,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.typing import Subprotocol
 
-from gateway.protocol import (
+from gateway.wire.v1 import (
     SUBPROTOCOL,
     TOKEN_SUBPROTOCOL_PREFIX,
     ClientMsg,

@@ -7,7 +7,7 @@ import asyncio
 import msgspec
 
 from client_sdk.exceptions import ClientError
-from gateway.protocol import Outbound
+from gateway.wire.v1 import Outbound
 
 __all__ = ["EventStream"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.errors import GatewayError
-from gateway.protocol import Error, SessionSnapshot
+from gateway.wire.v1 import Error, SessionSnapshot
 
 __all__ = ["ClientError", "ResumeGap", "ServerError", "SessionClosed"]
 

@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
-from gateway.protocol import ClientCall, ToolResult, ToolSpec, struct_schema
+from gateway.wire.v1 import ClientCall, ToolResult, ToolSpec, struct_schema
 
 __all__ = ["ClientFunction", "answer", "make_function"]
 

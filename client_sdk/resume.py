@@ -31,7 +31,7 @@ from websockets.asyncio.client import ClientConnection
 
 from client_sdk.exceptions import SessionClosed
 from gateway.errors import CloseCode
-from gateway.protocol import (
+from gateway.wire.v1 import (
     ClientMsg,
     Error,
     Outbound,

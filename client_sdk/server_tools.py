@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from client_sdk.handler import call_handler
-from gateway.protocol import ClientCall, ToolResult, ToolRun
+from gateway.wire.v1 import ClientCall, ToolResult, ToolRun
 
 __all__ = ["RUN_ON_GATEWAY", "RunOnGateway", "ServerToolHandler", "decide"]
 

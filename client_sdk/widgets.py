@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from client_sdk.handler import call_handler
-from gateway.protocol import ClientCall, ToolResult
+from gateway.wire.v1 import ClientCall, ToolResult
 
 __all__ = ["WidgetHandler", "ask_user"]
 

@@ -11,22 +11,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.confirm import Approve, Deny
+    from gateway.core.confirm import Approve, Deny
     from gateway.errors import ToolForbidden
-    from gateway.server_tool import Progress, tool
-    from gateway.tool_backend import Caller
+    from gateway.tools.backend import Caller
+    from gateway.tools.python import Progress, tool
 
 __all__ = ["Approve", "Caller", "Deny", "Progress", "ToolForbidden", "__version__", "tool"]
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "tool": "gateway.server_tool",
-    "Progress": "gateway.server_tool",
-    "Caller": "gateway.tool_backend",
+    "tool": "gateway.tools.python",
+    "Progress": "gateway.tools.python",
+    "Caller": "gateway.tools.backend",
     "ToolForbidden": "gateway.errors",
-    "Approve": "gateway.confirm",
-    "Deny": "gateway.confirm",
+    "Approve": "gateway.core.confirm",
+    "Deny": "gateway.core.confirm",
 }
 """Each re-exported name and the module it lives in."""
 

@@ -19,15 +19,16 @@ import msgspec
 import structlog
 import uvicorn
 
-from gateway.app import Runtime, create_app
+from gateway.agent.cli import add_tools_command, run_tools_command
 from gateway.config import Config, from_env
+from gateway.edge.app import create_app
+from gateway.edge.server import fit_open_file_limit, protocols
 from gateway.errors import ConfigError
 from gateway.logging import configure_logging
-from gateway.protocol import protocol_schema
 from gateway.providers.failure import display_url
 from gateway.providers.http import HttpProvider
-from gateway.server import fit_open_file_limit, protocols
-from gateway.tool_cli import add_tools_command, run_tools_command
+from gateway.shell.runtime import Runtime
+from gateway.wire.v1 import protocol_schema
 
 __all__ = ["GatewayServer", "build_server", "main"]
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from client_sdk import Conversation
 from client_sdk.exceptions import ClientError
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Outbound,
     ResponseCreated,

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from client_sdk import Conversation
-from gateway.redis_store import RedisStore
+from gateway.store.redis import RedisStore
 from tests.nginx import nginx_in_front
 
 __all__ = [

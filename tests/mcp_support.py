@@ -1,7 +1,7 @@
 """Start and stop the test MCP server (``tests/mcp_server.py``) for tests.
 
 ``stdio_mcp_server`` and ``http_mcp_server`` yield an ``McpServerEntry`` ready to give to
-``gateway.mcp_tools.McpTools`` (or to put in an agent): over stdio the gateway starts the
+``gateway.tools.mcp.backend.McpTools`` (or to put in an agent): over stdio the gateway starts the
 server itself; over HTTP the helper runs it in a process of its own on a free port.
 ``HttpMcpServer`` is the HTTP server's process, for tests that kill and restart it (on the
 same port, so the gateway's entry stays right).
@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway.tool_backend import McpServerEntry
+from gateway.tools.backend import McpServerEntry
 
 __all__ = [
     "SERVER_SCRIPT",

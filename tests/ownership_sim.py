@@ -74,7 +74,7 @@ Where the harness departs from a running gateway, and why:
 - Lease renewal: ``Runtime._renew_leases`` is a loop that sleeps a third of the lease
   between passes; ``Sim.renewal_pass`` runs one pass (``Runtime.renew_leases``) when the
   scheduler says.
-- ``gateway.app.new_id`` is replaced for the run by a counter (``resp_12``, ``call_7``):
+- ``gateway.shell.runtime.new_id`` is replaced for the run by a counter (``resp_12``, ``call_7``):
   readable traces, and the same ids at every replay.
 - Each ``Runtime``'s ``_drive`` and ``connection`` are wrapped on the instance, only to
   record which driver holds which socket (invariant 7); the gateway's log lines go to the
@@ -100,17 +100,34 @@ import structlog
 import structlog.testing
 from starlette.websockets import WebSocket
 
-import gateway.app
-from gateway.agent import Agent
-from gateway.app import Runtime
-from gateway.call import Call
+import gateway.shell.runtime
+from gateway.agent.file import Agent
 from gateway.config import Config
-from gateway.connection import FRAME_WRITER_SCOPE_KEY, Connection, Socket
-from gateway.driver import Driver
+from gateway.core.call import Call
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
+from gateway.core.principal import ANONYMOUS
+from gateway.core.state import SessionState, decode_state
+from gateway.core.tool import ToolDef
+from gateway.core.transcript import (
+    CANCELLED,
+    PENDING,
+    AssistantTurn,
+    ContextNote,
+    Item,
+    ToolOutcome,
+    UserTurn,
+    parse_completion_note,
+)
+from gateway.edge.v1_endpoint import _serve
 from gateway.errors import CloseCode
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
-from gateway.principal import ANONYMOUS
-from gateway.protocol import (
+from gateway.providers.base import Capabilities
+from gateway.shell.connection import FRAME_WRITER_SCOPE_KEY, Connection, Socket
+from gateway.shell.driver import Driver
+from gateway.shell.runtime import Runtime
+from gateway.store import Lease, LeaseLost, MemoryStore, SessionRecord
+from gateway.tools.backend import Toolbox
+from gateway.tools.python import PythonTools, ServerTool, tool
+from gateway.wire.v1 import (
     Ack,
     ClientMsg,
     Error,
@@ -132,23 +149,6 @@ from gateway.protocol import (
     decode_server,
     encode,
 )
-from gateway.providers.base import Capabilities
-from gateway.server_tool import PythonTools, ServerTool, tool
-from gateway.state import SessionState, decode_state
-from gateway.store import Lease, LeaseLost, MemoryStore, SessionRecord
-from gateway.tool_backend import Toolbox
-from gateway.tools import ToolDef
-from gateway.transcript import (
-    CANCELLED,
-    PENDING,
-    AssistantTurn,
-    ContextNote,
-    Item,
-    ToolOutcome,
-    UserTurn,
-    parse_completion_note,
-)
-from gateway.transport import _serve
 
 __all__ = ["INVARIANTS", "Outcome", "Violation", "run_schedule"]
 
@@ -385,7 +385,7 @@ class Sim:
     # ------------------------------------------------------------------ bookkeeping
 
     def new_id(self, prefix: str) -> str:
-        """``gateway.app.new_id`` for the run: a counter, the same at every replay."""
+        """``gateway.shell.runtime.new_id`` for the run: a counter, the same at every replay."""
         self._ids += 1
         return f"{prefix}_{self._ids}"
 
@@ -1549,7 +1549,7 @@ def run_schedule(seed: int, *, keep_going: bool = False) -> Outcome:
     actions = sim.rng.randint(100, 250)
     logs = (structlog.contextvars.merge_contextvars, sim.log_line)
     with (
-        mock.patch.object(gateway.app, "new_id", sim.new_id),
+        mock.patch.object(gateway.shell.runtime, "new_id", sim.new_id),
         structlog.testing.capture_logs(processors=logs),
         asyncio.Runner(loop_factory=VirtualLoop) as runner,
     ):

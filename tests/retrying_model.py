@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from gateway.model import ModelEvent, ModelRequest, ModelRetrying
+from gateway.core.model import ModelEvent, ModelRequest, ModelRetrying
 from gateway.providers.base import Provider
 
 __all__ = ["RetriesWhenFlaky"]

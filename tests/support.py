@@ -13,10 +13,12 @@ from typing import Any
 
 from client_sdk import Connection, connect_raw
 from gateway.__main__ import build_server
-from gateway.app import Runtime, agent_from_config, create_app
 from gateway.config import Config
-from gateway.model import ModelEvent, ModelRequest
-from gateway.protocol import (
+from gateway.core.model import ModelEvent, ModelRequest
+from gateway.edge.app import create_app
+from gateway.providers.base import Provider, ReportsRetries, RetryListener
+from gateway.shell.runtime import Runtime, agent_from_config
+from gateway.wire.v1 import (
     Outbound,
     ResponseDone,
     SessionCreated,
@@ -26,7 +28,6 @@ from gateway.protocol import (
     ToolCalls,
     UserMessage,
 )
-from gateway.providers.base import Provider, ReportsRetries, RetryListener
 
 TEST_AGENT = Path(__file__).parent / "data" / "agent.toml"
 

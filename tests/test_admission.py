@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.admission import AddressCounter, SessionQuota, proxy_networks
+from gateway.auth.admission import AddressCounter, SessionQuota, proxy_networks
 from gateway.errors import CloseCode, TooManySessions
 
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import DEMO_AGENT, load_agent
+from gateway.agent.file import DEMO_AGENT, load_agent
 from gateway.errors import ConfigError
 from gateway.providers.base import Capabilities
-from gateway.server_tool import tool
+from gateway.tools.python import tool
 
 SCENARIO = "pace = 0\n"
 OPEN = '[[client_functions]]\nname = "open"\ndescription = "d"\n'
 TOOLS_PY = '''
 import msgspec
-from gateway.server_tool import tool
+from gateway.tools.python import tool
 
 class Query(msgspec.Struct):
     q: str

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.agent import load_agent
+from gateway.agent.file import load_agent
 from gateway.errors import ConfigError
-from gateway.protocol import TextDelta, ToolStatus, UserMessage
+from gateway.wire.v1 import TextDelta, ToolStatus, UserMessage
 from tests.data.tools import runs
 from tests.support import Gateway, say, serving, session
 

@@ -11,7 +11,8 @@ import asyncio
 import pytest
 
 from client_sdk import Connection
-from gateway.protocol import (
+from gateway.core.transcript import ContextNote, ToolOutcome, UserTurn
+from gateway.wire.v1 import (
     Outbound,
     ResponseCancel,
     ResponseCreated,
@@ -23,7 +24,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.transcript import ContextNote, ToolOutcome, UserTurn
 from tests.data.tools import gate, reset_gates
 from tests.support import Gateway, say, serving, session, streamed_text, types
 

@@ -16,10 +16,10 @@ import websockets
 
 from client_sdk import connect, connect_raw
 from client_sdk.connection import Connection
-from gateway.api_key import parse_api_keys
-from gateway.auth import AuthError, TokenIssuer, TokenRequest, TokenRequestError
+from gateway.auth.api_key import parse_api_keys
+from gateway.auth.credentials import AuthError, TokenIssuer, TokenRequest, TokenRequestError
 from gateway.errors import ConfigError
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Outbound,
     ResponseDone,

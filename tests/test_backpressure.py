@@ -9,11 +9,11 @@ from typing import Any
 from websockets import ConnectionClosed
 
 from client_sdk import Connection, connect_raw
-from gateway.connection import Connection as ServerConnection
-from gateway.driver import Driver
-from gateway.inbox import Inbox
-from gateway.protocol import Error, Outbound, Ping, Pong, SessionResume, SessionResumed
+from gateway.shell.connection import Connection as ServerConnection
+from gateway.shell.driver import Driver
+from gateway.shell.inbox import Inbox
 from gateway.store import Store
+from gateway.wire.v1 import Error, Outbound, Ping, Pong, SessionResume, SessionResumed
 from tests.support import Gateway, serving, session
 
 _BOUND = 16

@@ -8,7 +8,7 @@ import pytest
 import websockets
 
 from client_sdk import connect_raw
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     ResponseDone,
     SessionCreated,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import websockets
 
-from gateway.protocol import ResponseDone, ToolResult, ToolResults
+from gateway.wire.v1 import ResponseDone, ToolResult, ToolResults
 from tests.support import say_until_calls, session, streamed_text
 
 GATEWAY = [sys.executable, "-m", "gateway"]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from client_sdk import ServerError, SessionClosed, connect
-from gateway.protocol import SessionResumed, SessionUpdated, TextDelta, TextDone, ToolCalls
+from gateway.wire.v1 import SessionResumed, SessionUpdated, TextDelta, TextDone, ToolCalls
 from tests.data.tools import reset_gates
 from tests.support import serving
 

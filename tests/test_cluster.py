@@ -19,7 +19,7 @@ import websockets
 
 from client_sdk import Conversation, EventStream, connect, connect_raw
 from gateway.errors import CloseCode
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Outbound,
     ResponseCreated,

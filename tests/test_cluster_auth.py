@@ -21,9 +21,9 @@ import pytest
 import websockets
 
 from client_sdk import Conversation, connect, connect_raw
-from gateway.auth import TokenIssuer, TokenRequest
-from gateway.protocol import SessionCreated, SessionResume, SessionResumed, SessionStart
-from gateway.redis_store import RedisStore
+from gateway.auth.credentials import TokenIssuer, TokenRequest
+from gateway.store.redis import RedisStore
+from gateway.wire.v1 import SessionCreated, SessionResume, SessionResumed, SessionStart
 from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store
 from tests.redis_server import RedisServer
 

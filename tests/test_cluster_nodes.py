@@ -20,7 +20,8 @@ from typing import TypeVar
 import pytest
 
 from client_sdk import Conversation, connect
-from gateway.protocol import (
+from gateway.store.redis import RedisStore
+from gateway.wire.v1 import (
     Error,
     ResponseCreated,
     ResponseDone,
@@ -29,7 +30,6 @@ from gateway.protocol import (
     TextDone,
     ToolStatus,
 )
-from gateway.redis_store import RedisStore
 from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store, running_cluster
 from tests.redis_server import RedisServer
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gateway.confirm import Approve, ConfirmRequest, Deny
-from gateway.event import RunTool, Tick, ToolFinished
-from gateway.model import ModelFinish, ModelToolCall
-from gateway.protocol import (
+from gateway.core.confirm import Approve, ConfirmRequest, Deny
+from gateway.core.event import RunTool, Tick, ToolFinished
+from gateway.core.model import ModelFinish, ModelToolCall
+from gateway.core.session import Session
+from gateway.core.tool import ToolDef
+from gateway.core.transcript import ToolOutcome
+from gateway.wire.v1 import (
     Error,
     ToolCalls,
     ToolConfirm,
@@ -18,9 +21,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import Session
-from gateway.tools import ToolDef
-from gateway.transcript import ToolOutcome
 from tests.test_session import Harness, persisted  # noqa: F401
 
 REFUND = ToolDef(

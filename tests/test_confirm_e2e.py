@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import expect
 
 from client_sdk import Decline, connect
-from gateway.protocol import (
+from gateway.wire.v1 import (
     ConfirmItem,
     ResponseDone,
     SessionResumed,

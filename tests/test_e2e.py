@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     ResponseCancel,
     ResponseCreated,

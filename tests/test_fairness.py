@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from gateway.driver import Driver
-from gateway.protocol import Ping, Pong, ServerMsg, ToolCalls, ToolStatus
+from gateway.shell.driver import Driver
+from gateway.wire.v1 import Ping, Pong, ServerMsg, ToolCalls, ToolStatus
 from tests.support import say_until_calls, serving, session
 
 

@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 import pytest
 import websockets
 
-import gateway.schema_worker
-import gateway.transport
+import gateway.edge.v1_endpoint
+import gateway.shell.schema_worker
 from client_sdk import Connection, connect_raw
 from gateway.errors import CloseCode
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Ping,
     Pong,
@@ -339,7 +339,7 @@ async def test_a_reader_bug_closes_with_1011_not_a_silent_1000(monkeypatch):
         raise RuntimeError("a bug in the reader")
 
     async with running_gateway() as url, session(url) as (conn, _):
-        monkeypatch.setattr(gateway.transport, "decode_client", broken)
+        monkeypatch.setattr(gateway.edge.v1_endpoint, "decode_client", broken)
         await conn.send(Ping())
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await conn.recv()
@@ -351,12 +351,12 @@ async def test_without_the_schema_worker_the_core_checks_schemas_itself(monkeypa
     def cannot_start() -> Any:
         raise OSError("no processes here")
 
-    monkeypatch.setattr(gateway.schema_worker._Pool, "get", cannot_start)
-    monkeypatch.setattr(gateway.schema_worker._Pool, "failed", False)
+    monkeypatch.setattr(gateway.shell.schema_worker._Pool, "get", cannot_start)
+    monkeypatch.setattr(gateway.shell.schema_worker._Pool, "failed", False)
     schema = {"type": "object", "properties": {"n": {"type": "integer", "title": "fallback"}}}
     async with running_gateway() as url, session(url) as (conn, _):
         await conn.send_raw(update_frame(schema))
         assert isinstance(await conn.recv(), SessionUpdated)
         error = await refusal(conn, update_frame({"type": "object", "$id": "x"}, "bad"))
         assert "$id" in error.message
-    assert gateway.schema_worker._Pool.failed
+    assert gateway.shell.schema_worker._Pool.failed

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.event import CallModel, ToolFinished
-from gateway.history import History, item_size, items_size
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.core.event import CallModel, ToolFinished
+from gateway.core.history import History, item_size, items_size
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.transcript import AssistantTurn, ContextNote, RequestedCall, ToolOutcome, UserTurn
+from gateway.wire.v1 import (
     Error,
     Limits,
     ResponseDone,
@@ -17,7 +18,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.transcript import AssistantTurn, ContextNote, RequestedCall, ToolOutcome, UserTurn
 from tests.test_session import LIMITS, Harness, lamp_call, persisted  # noqa: F401
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from gateway.history import items_size
-from gateway.protocol import Error, ResponseDone, ToolResult, ToolResults, ToolStatus
-from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
+from gateway.core.history import items_size
+from gateway.core.transcript import AssistantTurn, ToolOutcome, UserTurn
+from gateway.wire.v1 import Error, ResponseDone, ToolResult, ToolResults, ToolStatus
 from tests.support import say, say_until_calls, serving, session, streamed_text
 
 MIB = 2**20

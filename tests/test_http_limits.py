@@ -13,7 +13,7 @@ import httpx
 import pytest
 import websockets
 
-from gateway.protocol import SUBPROTOCOL
+from gateway.wire.v1 import SUBPROTOCOL
 from tests.support import say, serving, session, streamed_text
 
 SLOWLORIS = 500

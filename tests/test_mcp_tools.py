@@ -21,9 +21,9 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from gateway.errors import ConfigError, ToolError
-from gateway.mcp_result import definitions_of, tool_result
-from gateway.mcp_tools import McpTools
-from gateway.tool_backend import McpServerEntry, Toolbox, ToolOptions
+from gateway.tools.backend import McpServerEntry, Toolbox, ToolOptions
+from gateway.tools.mcp.backend import McpTools
+from gateway.tools.mcp.result import definitions_of, tool_result
 from tests.mcp_support import (
     SERVER_SCRIPT,
     HttpMcpServer,

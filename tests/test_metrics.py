@@ -14,7 +14,7 @@ import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from client_sdk import connect_raw
-from gateway.protocol import SessionResume, ToolResult, ToolResults, ToolStatus
+from gateway.wire.v1 import SessionResume, ToolResult, ToolResults, ToolStatus
 from tests.mock_llm import mock_llm
 from tests.support import say, say_until_calls, serving, session, streamed_text
 

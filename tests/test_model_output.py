@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from client_sdk.connection import Connection
-from gateway.event import ModelOutput
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
-from gateway.protocol import Error, ResponseDone, ToolCalls, UserMessage
-from gateway.session import Session
+from gateway.core.event import ModelOutput
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
+from gateway.core.session import Session
+from gateway.wire.v1 import Error, ResponseDone, ToolCalls, UserMessage
 from tests.support import serving, session, streamed_text
 
 

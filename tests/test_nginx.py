@@ -16,9 +16,9 @@ from openai.resources.realtime.realtime import AsyncRealtimeConnection
 from starlette.routing import WebSocketRoute
 
 from client_sdk import connect, connect_raw
-from gateway.app import create_app
 from gateway.config import Config
-from gateway.protocol import SessionResumed, SessionStart, ToolCalls
+from gateway.edge.app import create_app
+from gateway.wire.v1 import SessionResumed, SessionStart, ToolCalls
 from tests.nginx import TEMPLATE, nginx_in_front, render
 from tests.support import TEST_AGENT, serving
 

@@ -26,7 +26,7 @@ from openai import AsyncOpenAI
 from openai.resources.realtime.realtime import AsyncRealtimeConnection
 
 from client_sdk import connect, connect_raw
-from gateway.protocol import SessionCreated, SessionStart
+from gateway.wire.v1 import SessionCreated, SessionStart
 from tests.cluster import Node
 from tests.support import Gateway, serving
 

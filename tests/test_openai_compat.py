@@ -3,7 +3,7 @@
 The official ``openai`` package's realtime client drives the test agent's scripted model
 (``tests/data/scenario.toml``) through the OpenAI Realtime protocol (GA names, text and
 function calls), and so does the Agents SDK's ``RealtimeRunner``. A few pure tests pin
-the codec's own decisions (``gateway.openai_realtime``).
+the codec's own decisions (``gateway.wire.openai.codec``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import websockets
 from openai import AsyncOpenAI
 from openai.resources.realtime.realtime import AsyncRealtimeConnection
 
-from gateway.codec import V1Codec
-from gateway.openai_realtime import CHARS_PER_SECOND, OpenAIRealtimeCodec
-from gateway.protocol import (
+from gateway.core.transcript import AssistantTurn
+from gateway.wire.codec import V1Codec
+from gateway.wire.openai.codec import CHARS_PER_SECOND, OpenAIRealtimeCodec
+from gateway.wire.v1 import (
     ClientCall,
     Pong,
     ResponseCreated,
@@ -37,8 +38,7 @@ from gateway.protocol import (
     UserMessage,
     encode,
 )
-from gateway.protocol import SessionUpdate as CoreSessionUpdate
-from gateway.transcript import AssistantTurn
+from gateway.wire.v1 import SessionUpdate as CoreSessionUpdate
 from tests.data.tools import gate, reset_gates
 from tests.support import Gateway, serving
 

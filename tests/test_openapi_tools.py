@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.core.tool import ToolDef, ToolRegistry
 from gateway.errors import ConfigError, ToolError
-from gateway.openapi_tools import OpenApiTools
-from gateway.tool_backend import OpenApiEntry, Toolbox, ToolOptions
-from gateway.tools import ToolDef, ToolRegistry
+from gateway.tools.backend import OpenApiEntry, Toolbox, ToolOptions
+from gateway.tools.openapi.backend import OpenApiTools
 from tests.openapi_service import PRODUCTS, ShopState, openapi_service
 
 

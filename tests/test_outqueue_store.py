@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.call import Call, CallState
-from gateway.outqueue import OutboundQueue
-from gateway.protocol import Pong, TextDelta, decode_server, encode
+from gateway.core.call import Call, CallState
+from gateway.shell.outqueue import OutboundQueue
 from gateway.store import MemoryStore, SessionRecord
+from gateway.wire.v1 import Pong, TextDelta, decode_server, encode
 
 
 def delta(seq: int, text: str, response_id: str = "r") -> tuple[TextDelta, bytes]:

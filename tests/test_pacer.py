@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.pacer import RESOLUTION, Pacer, pacer
+from gateway.providers.pacer import RESOLUTION, Pacer, pacer
 
 
 async def test_callbacks_run_in_the_order_of_their_times():

@@ -33,7 +33,7 @@ _SERVE = """
 import asyncio, json, socket
 import gateway, web_demo
 from gateway.__main__ import build_server
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.config import Config
 from gateway.logging import configure_logging
 

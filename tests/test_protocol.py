@@ -9,7 +9,7 @@ import jsonschema
 import msgspec
 import pytest
 
-from gateway.protocol import (
+from gateway.wire.v1 import (
     ClientCall,
     DecodeFailure,
     Error,

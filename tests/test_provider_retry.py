@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Outbound,
     ResponseDone,

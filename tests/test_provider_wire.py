@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import structlog
 
-from gateway.agent import load_agent
-from gateway.model import ModelRequest, ModelText
-from gateway.protocol import ResponseDone, ToolCalls, ToolResult, ToolResults, UserMessage
+from gateway.agent.file import load_agent
+from gateway.core.model import ModelRequest, ModelText
+from gateway.core.transcript import AssistantTurn, ContextNote, UserTurn
 from gateway.providers.anthropic import anthropic_messages
 from gateway.providers.gemini import gemini_contents
 from gateway.providers.http import HttpModel
 from gateway.providers.openai import OpenAIProvider, openai_messages
-from gateway.transcript import AssistantTurn, ContextNote, UserTurn
+from gateway.wire.v1 import ResponseDone, ToolCalls, ToolResult, ToolResults, UserMessage
 from tests.mock_llm import asgi_server, mock_llm
 from tests.raw_llm import Answer, raw_llm, sse
 from tests.support import say, serving, session, streamed_text

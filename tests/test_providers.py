@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     ResponseCancel,
     ResponseDone,

@@ -15,8 +15,8 @@ from redis.asyncio.connection import UnixDomainSocketConnection
 
 from gateway.config import Config
 from gateway.errors import CloseCode, ConfigError, StoreUnavailable
-from gateway.redis_store import RedisStore, redact
 from gateway.store import MemoryStore, SessionRecord, store_from_config
+from gateway.store.redis import RedisStore, redact
 from tests.redis_server import RedisServer, redis_server
 
 SESSION_TTL, LEASE_TTL = 30.0, 5.0

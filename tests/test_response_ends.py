@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from gateway.event import Event, Send
-from gateway.model import ModelFinish, ModelText
-from gateway.outbox import Outbox
-from gateway.protocol import (
+from gateway.core.event import Event, Send
+from gateway.core.model import ModelFinish, ModelText
+from gateway.core.outbox import Outbox
+from gateway.wire.v1 import (
     Error,
     ResponseCreated,
     ResponseDone,
@@ -210,7 +210,7 @@ async def test_through_the_gateway_a_failure_starting_the_queued_response_ends_i
     # The case read in the driver: the core raises while applying a model event after
     # the next queued response has started (inside its _start_step). The failure is
     # reported for that response, which ends; the session answers the next message.
-    from gateway.responses import Responses
+    from gateway.core.responses import Responses
 
     real = Responses._start_step
     starts = 0

@@ -15,7 +15,7 @@ import pytest
 import websockets
 
 from client_sdk import connect_raw
-from gateway.protocol import ResponseDone, SessionResume, SessionResumed, UserMessage
+from gateway.wire.v1 import ResponseDone, SessionResume, SessionResumed, UserMessage
 from tests.data.tools import reset_gates
 from tests.redis_server import redis_server
 from tests.support import Gateway, serving, session

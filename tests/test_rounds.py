@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.driver import _ROUND_BUDGET, _Rounds
+from gateway.shell.driver import _ROUND_BUDGET, _Rounds
 
 
 class _Loop:

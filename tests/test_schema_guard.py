@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from gateway.core.schema import SchemaValidator
+from gateway.core.schema_guard import SchemaBudget, SchemaGuard, SchemaLimits
+from gateway.core.tool import ToolDef, ToolRegistry
 from gateway.errors import ConfigError
-from gateway.schema import SchemaValidator
-from gateway.schema_guard import SchemaBudget, SchemaGuard, SchemaLimits
-from gateway.tools import ToolDef, ToolRegistry
 
 LIMITS = SchemaLimits(
     max_size=4096, max_total_size=8192, max_depth=8, max_nodes=60, max_pattern_length=32

@@ -9,9 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gateway.errors import ConfigError, ProviderError
-from gateway.flag import Flag
-from gateway.model import (
+from gateway.core.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,
@@ -19,7 +17,9 @@ from gateway.model import (
     ModelToolCall,
     ToolSchema,
 )
-from gateway.pacer import pacer
+from gateway.core.transcript import AssistantTurn, RequestedCall, ToolOutcome, UserTurn
+from gateway.errors import ConfigError, ProviderError
+from gateway.providers.pacer import pacer
 from gateway.providers.scripted import (
     RULE_TEXT_MAX_CHARS,
     ResultRule,
@@ -30,7 +30,7 @@ from gateway.providers.scripted import (
     load_scenario,
     render,
 )
-from gateway.transcript import AssistantTurn, RequestedCall, ToolOutcome, UserTurn
+from gateway.shell.flag import Flag
 
 SCENARIO = Scenario(
     pace=0,

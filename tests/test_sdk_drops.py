@@ -16,7 +16,7 @@ import pytest
 import websockets
 
 from client_sdk import Conversation, SessionClosed, connect
-from gateway.protocol import SessionUpdated
+from gateway.wire.v1 import SessionUpdated
 from tests.proxy import Proxy, proxy_to
 from tests.support import Gateway, serving
 

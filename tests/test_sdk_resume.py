@@ -11,7 +11,7 @@ import pytest
 
 from client_sdk import SessionClosed, connect
 from gateway.errors import CloseCode
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Error,
     Outbound,
     ResponseRetrying,

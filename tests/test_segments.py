@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.segments import Segmenter
+from gateway.core.segments import Segmenter
 
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # man, ZWJ, woman, ZWJ, girl
 JAPAN = "\U0001f1ef\U0001f1f5"  # regional indicators J P

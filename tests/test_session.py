@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.call import Call, CallState, IllegalTransition, Ledger
-from gateway.event import (
+from gateway.core.call import Call, CallState, IllegalTransition, Ledger
+from gateway.core.event import (
     CallModel,
     CancelModel,
     CancelTool,
@@ -25,9 +25,13 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
-from gateway.model import ModelFinish, ModelRetrying, ModelText, ModelToolCall, ModelUsage
-from gateway.principal import ANONYMOUS, Principal
-from gateway.protocol import (
+from gateway.core.model import ModelFinish, ModelRetrying, ModelText, ModelToolCall, ModelUsage
+from gateway.core.principal import ANONYMOUS, Principal
+from gateway.core.session import Session, SessionSettings
+from gateway.core.state import decode_state, encode_state
+from gateway.core.tool import ToolDef, ToolRegistry
+from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
+from gateway.wire.v1 import (
     DecodeFailure,
     Error,
     Limits,
@@ -51,10 +55,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import Session, SessionSettings
-from gateway.state import decode_state, encode_state
-from gateway.tools import ToolDef, ToolRegistry
-from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 LIMITS = Limits(
     max_message_chars=100,

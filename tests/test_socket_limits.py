@@ -16,7 +16,7 @@ import pytest
 import websockets
 
 from client_sdk import Connection, connect_raw
-from gateway.protocol import (
+from gateway.wire.v1 import (
     SUBPROTOCOL,
     ResponseDone,
     SessionCreated,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gateway.event import (
+from gateway.core.event import (
     CallModel,
     Effect,
     Event,
@@ -25,8 +25,10 @@ from gateway.event import (
     ToolFinished,
     ToolProgress,
 )
-from gateway.model import ModelFinish, ModelText, ModelToolCall, ModelUsage
-from gateway.protocol import (
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall, ModelUsage
+from gateway.core.session import Session
+from gateway.core.state import decode_state, encode_state
+from gateway.wire.v1 import (
     Ack,
     DecodeFailure,
     Ping,
@@ -41,8 +43,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import Session
-from gateway.state import decode_state, encode_state
 from tests.test_session import Harness, start_async
 
 _VIBRATE = ToolSpec(name="vibrate", description="Vibrate.", input_schema={"type": "object"})

@@ -24,8 +24,8 @@ from websockets.asyncio.client import ClientConnection
 
 from client_sdk import Conversation, connect, connect_raw
 from client_sdk.connection import open_socket, resume_url
-from gateway.protocol import SessionCreated, SessionResume, SessionResumed, SessionStart
-from gateway.redis_store import RedisStore
+from gateway.store.redis import RedisStore
+from gateway.wire.v1 import SessionCreated, SessionResume, SessionResumed, SessionStart
 from tests.cluster import Cluster, adoptions, owner, owners_store, running_cluster
 from tests.nginx import nginx_in_front
 from tests.proxy import Proxy, proxy_to

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import msgspec
 import pytest
 
-from gateway.call import Call, CallState
+from gateway.core.call import Call, CallState
 from gateway.store import Lease, LeaseLost, MemoryStore, SessionRecord, Store
 from tests.redis_server import RedisServer, redis_server
 
@@ -51,7 +51,7 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]
                 memory[ttls] = MemoryStore(session_ttl=session_ttl, lease_ttl=lease_ttl, **limits)
             store = memory[ttls]
         else:
-            from gateway.redis_store import RedisStore
+            from gateway.store.redis import RedisStore
 
             store = RedisStore.from_url(
                 server.url, session_ttl=session_ttl, lease_ttl=lease_ttl, **limits

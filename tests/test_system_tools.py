@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from client_sdk import SessionClosed, connect
-from gateway.agent import load_agent
+from gateway.agent.file import load_agent
+from gateway.core.event import RunTool, ToolFinished
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.session import Session
 from gateway.errors import ConfigError
-from gateway.event import RunTool, ToolFinished
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.tools.system import SYSTEM_TOOLS, current_time
+from gateway.wire.v1 import (
     ResponseDone,
     SessionEnded,
     SessionResumed,
@@ -26,8 +28,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import Session
-from gateway.system_tools import SYSTEM_TOOLS, current_time
 from tests.support import serving, session
 from tests.test_session import Harness, persisted  # noqa: F401
 

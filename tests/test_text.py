@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
-from gateway.protocol import ResponseDone, TextDelta, UserMessage, encode
-from gateway.text import SurrogatePairer, without_lone_surrogates
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelToolCall
+from gateway.core.text import SurrogatePairer, without_lone_surrogates
+from gateway.wire.v1 import ResponseDone, TextDelta, UserMessage, encode
 from tests.support import serving, session, streamed_text
 
 

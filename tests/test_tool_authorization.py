@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from client_sdk import connect
-from gateway.event import RunTool
-from gateway.model import ModelFinish, ModelToolCall
-from gateway.principal import Principal
-from gateway.protocol import ResponseDone, TextDelta, ToolStatus, UserMessage
-from gateway.session import Session
-from gateway.tools import ToolDef
+from gateway.core.event import RunTool
+from gateway.core.model import ModelFinish, ModelToolCall
+from gateway.core.principal import Principal
+from gateway.core.session import Session
+from gateway.core.tool import ToolDef
+from gateway.wire.v1 import ResponseDone, TextDelta, ToolStatus, UserMessage
 from tests.support import Gateway, serving
 from tests.test_session import Harness, persisted  # noqa: F401
 
@@ -31,7 +31,7 @@ AUTH: dict[str, Any] = {"no_auth": False, "api_keys": f"backend:{KEY}", "token_s
 
 TOOLS_PY = '''
 import msgspec
-from gateway.server_tool import Caller, tool
+from gateway.tools.python import Caller, tool
 
 
 class Who(msgspec.Struct):

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from gateway.__main__ import _parser
-from gateway.mcp_tools import McpTools
-from gateway.protocol import ResponseDone, ToolStatus
-from gateway.tool_cli import run_tools_command
+from gateway.agent.cli import run_tools_command
+from gateway.tools.mcp.backend import McpTools
+from gateway.wire.v1 import ResponseDone, ToolStatus
 from tests.mcp_support import SERVER_SCRIPT
 from tests.openapi_service import ShopState, openapi_service
 from tests.support import Gateway, say, serving, session, streamed_text

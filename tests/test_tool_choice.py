@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from gateway.event import RunTool, ToolFinished
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.core.event import RunTool, ToolFinished
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.session import Session
+from gateway.core.tool import ToolRegistry
+from gateway.core.transcript import ToolOutcome
+from gateway.wire.v1 import (
     Error,
     ResponseDone,
     SessionStart,
@@ -22,9 +25,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import Session
-from gateway.tools import ToolRegistry
-from gateway.transcript import ToolOutcome
 from tests.test_session import LIMITS, Harness, lamp_call, persisted  # noqa: F401
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from client_sdk import RunOnGateway, ServerError, connect
-from gateway.protocol import ClientCall
+from gateway.wire.v1 import ClientCall
 from tests.support import serving
 
 SCRIPT = Path(__file__).parent / "js" / "live_tool_choice.mjs"

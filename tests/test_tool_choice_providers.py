@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelToolCall, ToolSchema
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelToolCall, ToolSchema
+from gateway.core.transcript import UserTurn
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.gemini import GeminiProvider
 from gateway.providers.http import HttpModel, HttpProvider
 from gateway.providers.openai import OpenAIProvider
-from gateway.transcript import UserTurn
 from tests.mock_llm import MockLLM, mock_llm
 
 ADAPTERS: dict[str, type[HttpProvider]] = {

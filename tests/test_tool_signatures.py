@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import msgspec
 import pytest
 
-from gateway.agent import Agent, load_agent
+from gateway.agent.file import Agent, load_agent
+from gateway.agent.workbench import run_tool_alone
 from gateway.errors import ConfigError
-from gateway.protocol import ResponseDone, ToolStatus
-from gateway.server_tool import Caller, Progress, ServerTool, tool
-from gateway.tool_backend import NOBODY
-from gateway.workbench import run_tool_alone
+from gateway.tools.backend import NOBODY
+from gateway.tools.python import Caller, Progress, ServerTool, tool
+from gateway.wire.v1 import ResponseDone, ToolStatus
 from tests.data import plain_tools
 from tests.support import say, serving, session, streamed_text
 
@@ -478,12 +478,12 @@ def test_the_tool_authors_names_import_from_gateway_lazily():
         import gateway
         after_import = sorted(m for m in sys.modules if m.startswith("gateway."))
         from gateway import Approve, Caller, Deny, Progress, ToolForbidden, tool
-        import gateway.confirm, gateway.errors, gateway.server_tool, gateway.tool_backend
+        import gateway.confirm, gateway.errors, gateway.server_tool, gateway.tools.backend
         import gateway.tools
         homes = [
             tool is gateway.server_tool.tool,
             Progress is gateway.server_tool.Progress,
-            Caller is gateway.tool_backend.Caller,
+            Caller is gateway.tools.backend.Caller,
             ToolForbidden is gateway.errors.ToolForbidden,
             Approve is gateway.confirm.Approve,
             Deny is gateway.confirm.Deny,

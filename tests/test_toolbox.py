@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.core.tool import ToolDef
 from gateway.errors import ConfigError, ToolError
-from gateway.tool_backend import (
+from gateway.tools.backend import (
     BackendKind,
     Toolbox,
     ToolOptions,
@@ -20,7 +21,6 @@ from gateway.tool_backend import (
     tool_name,
     with_options,
 )
-from gateway.tools import ToolDef
 
 
 def server_tool(name: str) -> ToolDef:

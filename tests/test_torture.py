@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from client_sdk import Conversation, SessionClosed, connect
-from gateway.protocol import (
+from gateway.wire.v1 import (
     Outbound,
     ResponseCreated,
     ResponseDone,

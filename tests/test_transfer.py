@@ -14,11 +14,16 @@ import msgspec
 import pytest
 
 from client_sdk import connect
-from gateway.agent import load_agent, load_crew
+from gateway.agent.file import load_agent, load_crew
+from gateway.core.event import RunTool, ToolFinished
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.session import AgentProfile, Session
+from gateway.core.state import decode_state, encode_state
+from gateway.core.tool import ToolDef, ToolRegistry
+from gateway.core.transcript import AssistantTurn, UserTurn
 from gateway.errors import ConfigError
-from gateway.event import RunTool, ToolFinished
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.tools.system import TransferTarget, transfer_tool
+from gateway.wire.v1 import (
     AgentTransferred,
     ResponseDone,
     SessionResumed,
@@ -27,11 +32,6 @@ from gateway.protocol import (
     ToolStatus,
     UserMessage,
 )
-from gateway.session import AgentProfile, Session
-from gateway.state import decode_state, encode_state
-from gateway.system_tools import TransferTarget, transfer_tool
-from gateway.tools import ToolDef, ToolRegistry
-from gateway.transcript import AssistantTurn, UserTurn
 from tests.redis_server import RedisServer
 from tests.support import serving
 from tests.test_cluster import client_on, moved_to, said, text_of

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from client_sdk import connect
-from gateway.event import RunTool, ToolFinished
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.core.event import RunTool, ToolFinished
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.transcript import AssistantTurn, ToolOutcome, UserTurn
+from gateway.wire.v1 import (
     Error,
     ResponseCreated,
     ResponseDone,
@@ -22,7 +23,6 @@ from gateway.protocol import (
     ResponseTruncated,
     UserMessage,
 )
-from gateway.transcript import AssistantTurn, ToolOutcome, UserTurn
 from tests.mock_llm import MockLLM, mock_llm
 from tests.redis_server import RedisServer
 from tests.support import Gateway, serving

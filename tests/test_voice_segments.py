@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from client_sdk import connect
-from gateway.model import ModelFinish, ModelText, ModelToolCall
-from gateway.protocol import (
+from gateway.core.model import ModelFinish, ModelText, ModelToolCall
+from gateway.core.session import Session
+from gateway.core.state import decode_state, encode_state
+from gateway.wire.v1 import (
     ServerMsg,
     SessionUpdate,
     TextDelta,
@@ -20,8 +22,6 @@ from gateway.protocol import (
     TextSegment,
     UserMessage,
 )
-from gateway.session import Session
-from gateway.state import decode_state, encode_state
 from tests.support import serving
 from tests.test_session import Harness, persisted  # noqa: F401
 from tests.test_tool_choice_e2e import run_js

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from playwright.async_api import expect
 
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelRetrying, ModelText
 from gateway.errors import ProviderError
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelRetrying, ModelText
 from gateway.providers.base import Capabilities
 from tests import support
 from tests.browser import GREETING, answered, base_url, last_answer, open_page

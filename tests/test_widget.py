@@ -8,8 +8,9 @@ import pytest
 from playwright.async_api import expect
 
 from client_sdk import connect
+from gateway.core.tool import ToolDef, check_tool
 from gateway.errors import ConfigError
-from gateway.protocol import (
+from gateway.wire.v1 import (
     ResponseDone,
     ToolCalls,
     ToolResult,
@@ -18,7 +19,6 @@ from gateway.protocol import (
     UserMessage,
     Widget,
 )
-from gateway.tools import ToolDef, check_tool
 from tests.browser import last_answer, open_page, send
 from tests.support import serving, session
 

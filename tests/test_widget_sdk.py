@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from client_sdk import connect
-from gateway.protocol import ClientCall, ToolStatus
+from gateway.wire.v1 import ClientCall, ToolStatus
 from tests.support import Gateway, serving
 
 ASK = "which store should I pick up from?"

@@ -10,7 +10,7 @@ from typing import Annotated
 import msgspec
 
 from gateway.errors import ToolForbidden
-from gateway.server_tool import Caller, Progress, tool
+from gateway.tools.python import Caller, Progress, tool
 
 __all__ = [
     "Invoice",

@@ -2,7 +2,7 @@
 
 Importing this package loads no adapter: an adapter (and httpx, asyncio with it) is
 imported only when ``create_provider`` builds a provider of its kind, so the core can
-use ``gateway.model`` without paying for every vendor.
+use ``gateway.core.model`` without paying for every vendor.
 """
 
 from __future__ import annotations

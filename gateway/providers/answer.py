@@ -24,7 +24,7 @@ from gateway.providers.failure import (
 from gateway.providers.sse import SseDecoder, SseEvent
 
 if TYPE_CHECKING:
-    from gateway.providers.http import HttpModel
+    from gateway.providers.settings import HttpModel
 
 __all__ = ["Answer", "check", "silent"]
 

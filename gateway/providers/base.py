@@ -1,6 +1,6 @@
 """The model-provider interface: a request in, a stream of model events out.
 
-The request and the events are the core's vocabulary (``gateway.model``); this module
+The request and the events are the core's vocabulary (``gateway.core.model``); this module
 holds only what is about providers: the protocol an adapter implements and what it
 can do.
 """
@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from gateway.model import ModelEvent, ModelRequest
+from gateway.core.model import ModelEvent, ModelRequest
 
 __all__ = [
     "Capabilities",
@@ -60,7 +60,7 @@ provider then stops and sends nothing more."""
 
 
 class Signal(Protocol):
-    """Calls back once something happens (``gateway.flag.Flag`` fits)."""
+    """Calls back once something happens (``gateway.shell.flag.Flag`` fits)."""
 
     def on_set(self, callback: Callable[[], None]) -> None: ...
 

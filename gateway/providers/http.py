@@ -31,8 +31,7 @@ import httpx
 import msgspec
 import structlog
 
-from gateway.errors import ProviderError
-from gateway.model import (
+from gateway.core.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,
@@ -40,9 +39,11 @@ from gateway.model import (
     ModelText,
     ModelToolCall,
 )
+from gateway.errors import ProviderError
 from gateway.providers.answer import Answer, check, silent
 from gateway.providers.base import Capabilities, RetryListener
 from gateway.providers.failure import Attempt, display_url, seconds, transport_cause
+from gateway.providers.settings import HttpModel
 from gateway.providers.sse import SseEvent
 from gateway.providers.wire import AiohttpTransport
 
@@ -60,29 +61,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("gateway.providers")
-
-
-class HttpModel(msgspec.Struct, frozen=True, kw_only=True):
-    """The HTTP settings of a model, from the agent's ``[model]`` table."""
-
-    model: str
-    base_url: str
-    api_key: str | None = None
-    connect_timeout: float = 10.0
-    first_byte_timeout: float | None = 15.0
-    """Seconds from sending the request to the first byte of the answer (None: no limit)."""
-    stall_timeout: float | None = 60.0
-    """Seconds without a byte once the answer flows before it counts as stalled (None: no
-    limit)."""
-    max_retries: int = 2
-    """Retries while nothing of the step has reached the client."""
-    max_retry_after: float = 30.0
-    """The longest ``Retry-After`` waited for; a server asking more fails the step at once."""
-    max_connections: int = 1000
-    """Connections to the model server at once: one per streaming step, so it bounds the
-    steps in flight (httpx's own default, 100, would queue the 101st conversation)."""
-    temperature: float | None = None
-    max_tokens: int | None = None
 
 
 class Upstream(msgspec.Struct, frozen=True):

@@ -11,7 +11,8 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
+from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
+from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 from gateway.providers.http import (
     HttpProvider,
     SseEvent,
@@ -22,7 +23,6 @@ from gateway.providers.http import (
     stream_error,
     tool_call,
 )
-from gateway.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 
 __all__ = ["OpenAIProvider", "openai_messages"]
 

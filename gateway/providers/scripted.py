@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 
 from gateway.config import load_toml
-from gateway.errors import ConfigError, ProviderError
-from gateway.model import (
+from gateway.core.model import (
     ModelEvent,
     ModelFinish,
     ModelRequest,
@@ -27,9 +26,7 @@ from gateway.model import (
     ModelToolCall,
     ModelUsage,
 )
-from gateway.pacer import RESOLUTION, Pacer, pacer
-from gateway.providers.base import Capabilities, ModelSink, Room
-from gateway.transcript import (
+from gateway.core.transcript import (
     CANCELLED,
     PENDING,
     AssistantTurn,
@@ -39,6 +36,9 @@ from gateway.transcript import (
     UserTurn,
     parse_completion_note,
 )
+from gateway.errors import ConfigError, ProviderError
+from gateway.providers.base import Capabilities, ModelSink, Room
+from gateway.providers.pacer import RESOLUTION, Pacer, pacer
 
 __all__ = ["RULE_TEXT_MAX_CHARS", "Scenario", "ScriptedProvider", "load_scenario", "render"]
 
@@ -184,7 +184,7 @@ _WORD = re.compile(r"\s*\S+\s*")
 
 _YIELD_EVERY = 64
 """At pace 0, the model hands the loop over (and may be cancelled) every this many words:
-the session's reader also yields on its own (``gateway.driver``)."""
+the session's reader also yields on its own (``gateway.shell.driver``)."""
 
 
 def _words(text: str) -> Iterator[str]:

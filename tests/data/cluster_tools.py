@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from gateway.server_tool import tool
+from gateway.tools.python import tool
 
 __all__ = [
     "ORDER_TIMEOUT",

@@ -7,7 +7,7 @@ from collections import Counter
 
 import msgspec
 
-from gateway.server_tool import Progress, tool
+from gateway.tools.python import Progress, tool
 
 hang_state = {"started": 0, "cancelled": 0}
 runs: Counter[str] = Counter()
