@@ -4,7 +4,7 @@ A tool marked ``confirm`` does not run on the model's guess alone: the gateway a
 client, and the app's handler (``Conversation.on_confirm``) says whether the user approves
 the call (as it is, or with edited arguments) or declines it (the model hears why). Without
 a handler every such call is declined: a client that cannot ask the user never approves.
-``client.py`` sends what ``ask`` returns; the JS SDK (js/gateway-client.js, ``onConfirm``)
+``client.py`` sends what ``ask`` returns; the JS SDK (js/confirm.js, ``onConfirm``)
 follows the same rules.
 """
 

@@ -13,7 +13,7 @@ in the URL (``?session=``, for load balancers that route by session: see
 on the new socket
 (the gateway applies each message once: results, ``tool.run`` and ``tool.confirmation`` by
 call id, user messages and ``session.update`` by their id). The JS SDK
-(js/gateway-client.js) follows the same steps.
+(js/resume.js) follows the same steps.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ server``): the app's handler answers one, or has the gateway run it (``tool.run`
 
 Without a handler every such call goes back to the gateway to run, so a session in manual
 mode behaves as in auto mode. ``client.py`` sends what ``decide`` returns; the JS SDK
-(js/gateway-client.js, ``onServerTool``) follows the same rules.
+(js/server-tools.js, ``onServerTool``) follows the same rules.
 """
 
 from __future__ import annotations

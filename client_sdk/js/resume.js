@@ -1,0 +1,458 @@
+/**
+ * @file Resuming a conversation after its socket dropped (mirrors `Reconnector` in the Python
+ * SDK's `client_sdk/resume.py`): the socket the session is on, and getting it another one.
+ * `loop()` opens sockets with backoff and full jitter until the gateway answers a
+ * `session.resume` (or says the session is gone), or, for a session not started yet (the first
+ * connect, a drop before `session.created`), until a socket opens and `session.start` is
+ * answered; it gives up after `giveUpAfter` of failed attempts in a row. `close()` ends the
+ * session, also without a socket (mid-reconnect: connection.js's `endSession`). A socket that
+ * resumes a session is dialed with its id in the URL (`resumeUrl`, for load balancers that
+ * route by session). What goes again on the new socket is the outbox's (outbox.js); what the
+ * events mean is the client's (client.js).
+ * @module resume
+ */
+
+import { endSession, safeClose, sendFrame, waitAtMost } from "./connection.js";
+import { SessionClosed, describe } from "./errors.js";
+import { parseEvent, resumeOf } from "./protocol.js";
+
+/** @typedef {import("./protocol.js").SessionCreated} SessionCreated */
+/** @typedef {import("./connection.js").ConnectionState} ConnectionState */
+/** @typedef {import("./connection.js").Dialer} Dialer */
+
+/**
+ * The conversation a `Reconnector` serves: what it reads of it, and what it tells it.
+ * @typedef {object} Host
+ * @property {() => import("./errors.js").ClientError | null} ended Why it can go no further
+ *   (close() included), or null.
+ * @property {() => SessionCreated | null} session Its `session.created`, once it has one.
+ * @property {() => number} lastSeq The cursor a resume asks the replay from.
+ * @property {() => boolean} startWanted start() was asked and the session is neither created
+ *   nor refused.
+ * @property {() => boolean} startRefused The gateway refused session.start (no session).
+ * @property {() => object[]} startMessages session.start, then what must follow it on the
+ *   socket of a session started anew (the session.update messages not answered yet).
+ * @property {() => void} opened A socket opened (connect() resolves).
+ * @property {(data: any) => void} onFrame A frame of the attached socket.
+ * @property {(first: any, gap: any) => void} afterResume The first answer to session.resume
+ *   (after a `resume_gap` error `gap`, the snapshot) on the socket now attached.
+ * @property {(error: SessionClosed) => void} finish The conversation can go no further.
+ * @property {(type: "connection", payload: object) => void} emit Tell the "connection" listeners.
+ */
+
+/** Closes after which resuming makes no sense: the session is gone or not ours. */
+const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4003, 4004, 4008, 4009]);
+const FIRST_RECONNECT_DELAY_MS = 50;
+/** Default of `attemptTimeout`: ms from an attempt's dial to the gateway's answer. */
+export const ATTEMPT_TIMEOUT_MS = 10_000;
+/** Default of `giveUpAfter`: the gateway's default `session_ttl`, after which no resume succeeds. */
+export const GIVE_UP_AFTER_MS = 120_000;
+/** The longest close() waits: for a socket's close, or to end a session that has no socket. */
+const CLOSE_WAIT_MS = 1_000;
+
+/** The session's socket, and getting it a new one. */
+export class Reconnector {
+  /**
+   * @param {Dialer} dialer
+   * @param {Host} host
+   * @param {object} options As `GatewayClientOptions` has them (ms), checked by the client.
+   * @param {string | (() => string | Promise<string>) | undefined} options.token
+   * @param {boolean} options.reconnect
+   * @param {number} options.maxDelay
+   * @param {number} options.attemptTimeout
+   * @param {number} options.giveUpAfter
+   */
+  constructor(dialer, host, { token, reconnect, maxDelay, attemptTimeout, giveUpAfter }) {
+    this._dialer = dialer;
+    this._host = host;
+    this._token = token;
+    this._reconnect = reconnect;
+    this._maxDelay = maxDelay;
+    this._attemptTimeout = attemptTimeout;
+    this._giveUpAfter = giveUpAfter;
+
+    /** @type {ConnectionState} */
+    this.state = "idle";
+    /** @type {any} the socket attached to the session */
+    this.ws = null;
+    /** How many resumes succeeded so far (resume() attaching is none). */
+    this.reconnects = 0;
+    /** @type {{ws: any, stop: () => void} | null} the attempt in flight: its socket, and how to drop it */
+    this._pending = null;
+    /** true once a socket opened (connect() resolved): a later loop is "reconnecting" */
+    this._everOpened = false;
+    /** @type {number | null} when the attempts now failing in a row began to fail */
+    this._failingSince = null;
+    /** @type {{settle: (outcome: any) => void} | null} a session.start waiting for its answer */
+    this._startWatch = null;
+    /** when start() was asked: its session.start's answer is due attemptTimeout after this or the dial */
+    this._startAskedAt = 0;
+    /** true while resume() attaches to a saved session (not a reconnect) */
+    this._attaching = false;
+    /** @type {(() => void) | null} cuts the reconnect backoff short */
+    this._wake = null;
+  }
+
+  /** @param {ConnectionState} state @param {object} [extra] */
+  setState(state, extra) {
+    if (this.state === state) return;
+    this.state = state;
+    this._host.emit("connection", { state, reconnects: this.reconnects, ...extra });
+  }
+
+  /** Send on the attached socket if it is open; a message lost to a drop is recovered on resume. */
+  send(msg) {
+    const ws = this.ws;
+    if (!ws || this._host.ended() || this.state !== "open") return false;
+    return sendFrame(ws, msg);
+  }
+
+  /**
+   * start() was asked: send session.start now on the attached socket, or else on the next one
+   * the loop opens (its answer is due `attemptTimeout` from now or that socket's dial).
+   */
+  requestStart() {
+    this._startAskedAt = now();
+    if (this.ws !== null) this._startOnAttached();
+  }
+
+  /** The gateway answered session.start (session.created, or an error refusing it). */
+  started() {
+    this._startWatch?.settle("ok");
+  }
+
+  /**
+   * resume(): attach to a saved session with one attempt (not counted in `reconnects`).
+   * @returns {Promise<"resumed" | "stop" | SessionClosed>}
+   */
+  async attach() {
+    this.setState("connecting");
+    this._attaching = true;
+    const outcome = await this._resumeOnce();
+    this._attaching = false;
+    return outcome;
+  }
+
+  /** The conversation ended: stop waiting, drop the attempt in flight. */
+  stop() {
+    this._wake?.();
+    this._pending?.stop();
+    this._startWatch?.settle("stop");
+  }
+
+  /** The attached socket and the attempt in flight, for `close()` (read before `stop()`). */
+  sockets() {
+    return { ws: this.ws, attempt: this._pending?.ws };
+  }
+
+  /**
+   * close(): the attached socket closes with 1000, which ends the session on the gateway; with
+   * none, a short-lived one ends it (`endSession`; no `session`: nothing to end). Settled once
+   * the sockets report their close, `CLOSE_WAIT_MS` at most.
+   * @param {{ws: any, attempt: any}} sockets What `sockets()` said before the conversation ended.
+   * @param {SessionCreated | null} session
+   */
+  async close({ ws, attempt }, session) {
+    if (ws) safeClose(ws, 1000, "");
+    const waits = [ws, attempt].filter(Boolean).map((sock) => waitAtMost(this._dialer.closed(sock), CLOSE_WAIT_MS));
+    if (!ws && session) waits.push(endSession(this._dialer, this._token, session, this._host.lastSeq(), CLOSE_WAIT_MS));
+    await Promise.all(waits);
+  }
+
+  /**
+   * The attached socket closed. A session.start waiting for its answer on it failed (its
+   * owner tries again); otherwise the loop resumes the session, or opens a new socket for
+   * one not started yet.
+   */
+  _onDrop(ws, code, reason) {
+    if (ws !== this.ws) return;
+    this.ws = null;
+    const watch = this._startWatch;
+    this._startWatch = null;
+    if (this._host.ended()) {
+      watch?.settle("stop");
+      return;
+    }
+    if (FINAL_CLOSE_CODES.has(code) || !this._reconnect || this._host.startRefused()) {
+      this._host.finish(new SessionClosed(code, reason));
+      watch?.settle("stop");
+      return;
+    }
+    if (watch) {
+      watch.settle(new SessionClosed(code, reason));
+      return;
+    }
+    this.loop();
+  }
+
+  /**
+   * Attempt with backoff and full jitter until a socket is attached, close(), a final code,
+   * or `giveUpAfter`: a resume once the session exists, else a new socket (which sends
+   * session.start when start() was asked). The first connect, a drop before
+   * session.created and a drop after it all go through here.
+   */
+  async loop() {
+    let ceiling = Math.min(FIRST_RECONNECT_DELAY_MS, this._maxDelay);
+    while (!this._host.ended()) {
+      this.setState(this._everOpened ? "reconnecting" : "connecting");
+      const outcome = this._host.session() ? await this._resumeOnce() : await this._openOnce();
+      if (!(outcome instanceof SessionClosed) || this._host.ended()) return;
+      if (!this._reconnect) {
+        this._host.finish(outcome); // only the first connect gets here: a drop without reconnect ends in _onDrop
+        return;
+      }
+      if (this._failed()) return;
+      await this._sleep(Math.random() * ceiling); // jitter: no thundering herd
+      ceiling = Math.min(ceiling * 2, this._maxDelay);
+    }
+  }
+
+  /**
+   * Count a failed attempt; past `giveUpAfter` of failures in a row, end the conversation.
+   * @returns {boolean} whether it gave up.
+   */
+  _failed() {
+    const at = now();
+    if (this._failingSince === null) this._failingSince = at;
+    if (at - this._failingSince < this._giveUpAfter) return false;
+    this._host.finish(new SessionClosed(1006, `could not reach the gateway for ${this._giveUpAfter / 1000} s`));
+    return true;
+  }
+
+  /** A socket's upgrade was answered: the gateway is reachable, failures count anew. */
+  _reached() {
+    this._failingSince = null;
+    this._everOpened = true;
+  }
+
+  /** Whether a session.start is due on the next socket (asked for, not answered yet). */
+  _startWanted() {
+    return !this._attaching && this._host.startWanted();
+  }
+
+  /**
+   * One attempt for a session not created yet: get the token, open a socket and attach it;
+   * if start() was asked, send session.start on it and wait for the answer.
+   * @returns {Promise<"ok" | "stop" | SessionClosed>} a SessionClosed: the attempt failed.
+   */
+  async _openOnce() {
+    let token = this._token;
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch (err) {
+        const error = new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
+        if (this._everOpened) return error; // the app's backend is not reachable (yet)
+        this._host.finish(error);
+        return "stop";
+      }
+      if (this._host.ended()) return "stop";
+    }
+    const dialedAt = now();
+    return new Promise((resolve) => {
+      /** @type {any} */
+      let timer = null;
+      /** @type {any} */
+      let ws = null;
+      const settle = (/** @type {any} */ outcome) => {
+        clearTimeout(timer);
+        if (this._pending?.ws === ws) this._pending = null;
+        resolve(outcome);
+      };
+      ws = this._dialer.dial(
+        {
+          open: (/** @type {any} */ sock) => {
+            clearTimeout(timer);
+            if (this._pending?.ws === sock) this._pending = null;
+            this._reached(); // (close() drops an attempt in flight: it never opens after that)
+            this.ws = sock;
+            this.setState("open");
+            this._host.opened();
+            if (this.ws !== sock || this._host.ended()) {
+              resolve("stop"); // a "connection" listener closed, or the socket went
+            } else if (this._startWanted()) {
+              // At once: a drop from now on settles the watch of the start this attempt awaits.
+              resolve(this._sendStart(Math.max(dialedAt, this._startAskedAt)));
+            } else {
+              resolve("ok");
+            }
+          },
+          frame: (sock, data) => {
+            if (sock === this.ws) this._host.onFrame(data);
+          },
+          close: (/** @type {any} */ sock, /** @type {number} */ code, /** @type {string} */ reason, /** @type {boolean} */ opened) => {
+            if (opened) this._onDrop(sock, code, reason);
+            else settle(new SessionClosed(code, reason || "could not connect to the gateway"));
+          },
+        },
+        token,
+      );
+      this._pending = {
+        ws,
+        stop: () => {
+          this._dialer.drop(ws, 1000, ""); // no session on it: a normal close ends nothing
+          settle("stop");
+        },
+      };
+      timer = setTimeout(() => {
+        this._dialer.drop(ws, 4000, "no answer to the upgrade");
+        settle(new SessionClosed(1006, "no answer to the upgrade"));
+      }, this._attemptTimeout);
+    });
+  }
+
+  /**
+   * Send session.start on the attached socket, then the session.update messages not answered
+   * yet (a session started anew must get them too).
+   * @param {number} from When the answer's `attemptTimeout` began (the dial, or start()).
+   * @returns {Promise<"ok" | "stop" | SessionClosed>} "ok" once answered (session.created,
+   *   or an error refusing it); a SessionClosed when the socket dropped first or no answer
+   *   came in time (then the socket is closed with 4000): the attempt failed.
+   */
+  _sendStart(from) {
+    const ws = this.ws;
+    if (ws === null || this._host.ended()) return Promise.resolve("stop");
+    return new Promise((resolve) => {
+      /** @type {any} */
+      let timer = null;
+      const watch = {
+        settle: (/** @type {any} */ outcome) => {
+          clearTimeout(timer);
+          if (this._startWatch === watch) this._startWatch = null;
+          resolve(outcome);
+        },
+      };
+      this._startWatch = watch;
+      timer = setTimeout(() => {
+        this._dialer.drop(ws, 4000, "no answer to session.start"); // not 1000: that ends a session
+        this._onDrop(ws, 1006, "no answer to session.start");
+      }, Math.max(0, from + this._attemptTimeout - now()));
+      for (const msg of this._host.startMessages()) this.send(msg);
+    });
+  }
+
+  /** The first session.start, on the socket connect() opened; if it fails, the loop goes on. */
+  async _startOnAttached() {
+    const outcome = await this._sendStart(this._startAskedAt);
+    if (!(outcome instanceof SessionClosed) || this._host.ended()) return;
+    if (!this._failed()) this.loop();
+  }
+
+  /**
+   * One resume attempt: get the token, open a socket, send session.resume, wait for the answer.
+   * @returns {Promise<"resumed" | "stop" | SessionClosed>} a SessionClosed: the attempt failed.
+   */
+  async _resumeOnce() {
+    let token = this._token;
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch (err) {
+        // the app's backend is not reachable (yet): like the gateway
+        return new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
+      }
+      if (this._host.ended()) return "stop";
+    }
+    return this._resumeWith(token);
+  }
+
+  /**
+   * @param {string | undefined} token
+   * @returns {Promise<"resumed" | "stop" | SessionClosed>}
+   */
+  _resumeWith(token) {
+    const session = /** @type {SessionCreated} */ (this._host.session());
+    return new Promise((resolve) => {
+      /** @type {"dialing" | "waiting" | "gap" | "live"} */
+      let phase = "dialing";
+      /** @type {any} */
+      let gap = null;
+      /** @type {any} */
+      let timer = null;
+      /** @type {any} */
+      let ws = null;
+      const settle = (/** @type {any} */ outcome) => {
+        clearTimeout(timer);
+        if (this._pending?.ws === ws) this._pending = null;
+        resolve(outcome);
+      };
+      ws = this._dialer.dial(
+        {
+          open: (/** @type {any} */ sock) => {
+            this._reached();
+            phase = "waiting";
+            try {
+              sock.send(JSON.stringify(resumeOf(session, this._host.lastSeq())));
+            } catch {
+              // the close event follows
+            }
+          },
+          frame: (/** @type {any} */ sock, /** @type {any} */ data) => {
+            if (phase === "live") {
+              if (sock === this.ws) this._host.onFrame(data);
+              return;
+            }
+            if (this._host.ended() || (phase !== "waiting" && phase !== "gap")) return;
+            const event = parseEvent(data);
+            if (!event) return;
+            if (phase === "waiting" && event.type === "error" && event.code === "resume_gap") {
+              gap = event; // session.snapshot follows
+              phase = "gap";
+              return;
+            }
+            phase = "live";
+            this.ws = sock;
+            if (!this._attaching) this.reconnects += 1;
+            settle("resumed");
+            this.setState("open");
+            this._host.afterResume(event, gap);
+          },
+          close: (/** @type {any} */ sock, /** @type {number} */ code, /** @type {string} */ reason) => {
+            if (phase === "live") {
+              this._onDrop(sock, code, reason);
+            } else if (this._host.ended()) {
+              settle("stop");
+            } else if (FINAL_CLOSE_CODES.has(code)) {
+              this._host.finish(new SessionClosed(code, reason));
+              settle("stop");
+            } else {
+              settle(new SessionClosed(code, reason || "could not reach the gateway")); // wait and try again
+            }
+          },
+        },
+        token,
+        session.session_id,
+      );
+      this._pending = {
+        ws,
+        stop: () => {
+          this._dialer.drop(ws, 4000, "the client is closing"); // not 1000 before the answer: see endSession
+          settle("stop");
+        },
+      };
+      timer = setTimeout(() => {
+        const why = phase === "dialing" ? "no answer to the upgrade" : "no answer to session.resume";
+        this._dialer.drop(ws, 4000, why); // not 1000: that ends the session
+        settle(new SessionClosed(1006, why));
+      }, this._attemptTimeout);
+    });
+  }
+
+  /** Wait `ms`, or less when the conversation ends. */
+  _sleep(ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        if (this._wake === done) this._wake = null;
+        resolve(undefined);
+      };
+      const timer = setTimeout(done, ms);
+      this._wake = done;
+    });
+  }
+}
+
+/** A monotonic clock, ms. */
+function now() {
+  return globalThis.performance?.now ? globalThis.performance.now() : Date.now();
+}
