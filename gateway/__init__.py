@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gateway.core.confirm import Approve, Deny
     from gateway.errors import ToolForbidden
-    from gateway.tools.backend import Caller
+    from gateway.tools.base import Caller
     from gateway.tools.python import Progress, tool
 
 __all__ = ["Approve", "Caller", "Deny", "Progress", "ToolForbidden", "__version__", "tool"]
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "tool": "gateway.tools.python",
     "Progress": "gateway.tools.python",
-    "Caller": "gateway.tools.backend",
+    "Caller": "gateway.tools.base",
     "ToolForbidden": "gateway.errors",
     "Approve": "gateway.core.confirm",
     "Deny": "gateway.core.confirm",

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from gateway.agent.file import DEMO_AGENT, Agent, load_agent
 from gateway.agent.workbench import describe_tool, run_tool_alone
 from gateway.config import from_env
-from gateway.tools.backend import ToolRow
+from gateway.tools.toolbox import ToolRow
 
 __all__ = ["add_tools_command", "run_tools_command"]
 

@@ -1,6 +1,9 @@
-"""Agent definitions: a TOML file naming the instructions, model and tools.
+"""Agents and the crew they hand over to: an agent file loaded, checked and made ready.
 
-A bad file fails at startup with the file, the tool and the reason.
+The file's format is ``gateway.agent.spec``; here its references are followed (modules and
+files of Python tools, confirmation rules, MCP servers, OpenAPI documents, other agents) and
+put together as an ``Agent``. A bad file fails at startup with the file, the tool and the
+reason.
 """
 
 from __future__ import annotations
@@ -9,98 +12,25 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.agent.spec import AgentFile
 from gateway.config import load_toml
 from gateway.core.confirm import ConfirmRule
 from gateway.core.tool import ToolDef, ToolRegistry, default_display_name
 from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
-from gateway.tools.backend import (
-    AgentToolEntry,
-    McpServerEntry,
-    OpenApiEntry,
-    ToolBackend,
-    Toolbox,
-    ToolOptions,
-)
+from gateway.tools.base import ToolBackend
+from gateway.tools.entry import McpServerEntry, OpenApiEntry, ToolOptions
 from gateway.tools.python import PythonTools, ServerTool
-from gateway.tools.system import SystemToolName, SystemTools, TransferTarget
-from gateway.wire.v1 import Widget
+from gateway.tools.system import SystemTools, TransferTarget
+from gateway.tools.toolbox import Toolbox
 
 __all__ = ["DEMO_AGENT", "Agent", "load_agent", "load_crew"]
 
 DEMO_AGENT = Path(__file__).parents[1] / "demo" / "agent.toml"
-
-
-class ClientFunctionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: str
-    description: str
-    input_schema: dict[str, Any] = msgspec.field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
-    output_schema: dict[str, Any] | None = None
-    display_name: str | None = None
-    timeout: float | None = None
-    confirm: bool = False
-    """The call goes to the client only once the user approved it (docs/tools.md)."""
-    confirm_prompt: str | None = None
-    confirm_rule: str | None = None
-    widget: Widget | None = None
-    """A widget tool: the user answers its calls (a choice, yes/no, a form)."""
-
-
-class ServerToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    ref: str
-    """``package.module:name`` or ``file.py:name`` (relative to the agent file)."""
-    timeout: float | None = None
-    delivery: Literal["when_idle", "interrupt", "silent"] | None = None
-    """Async tools: overrides the delivery set in ``@tool``."""
-    scopes: list[str] | None = None
-    """Scopes the session's user must all have; overrides those set in ``@tool``."""
-    confirm: bool | None = None
-    """A call runs only once the user approved it; overrides ``@tool``."""
-    confirm_prompt: str | None = None
-    """What the user is asked, with ``{arg}`` placeholders; overrides ``@tool``."""
-    confirm_rule: str | None = None
-    """``module:function`` or ``file.py:function`` that may decide without asking."""
-
-
-class TransferEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """An agent the conversation may be handed to (``transfer_to_agent``)."""
-
-    file: str
-    """Its agent file, relative to this one; the model knows it by that file's ``name``."""
-    description: Annotated[str, msgspec.Meta(min_length=1)]
-    """What the model reads: when to hand the user over to it."""
-
-
-_Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-
-
-class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: str
-    instructions: str = ""
-    model: ModelSettings = ModelSettings()
-    server_tools: list[ServerToolEntry] = []
-    client_functions: list[ClientFunctionEntry] = []
-    mcp_servers: list[McpServerEntry] = []
-    """MCP servers whose tools the agent offers (docs/tools.md)."""
-    openapi: list[OpenApiEntry] = []
-    """HTTP APIs described by OpenAPI documents, each operation a tool (docs/tools.md)."""
-    confirm_mcp_writes: bool = False
-    """Every MCP tool not annotated read-only needs the user's confirmation."""
-    agent_tools: list[AgentToolEntry] = []
-    """Other agents offered as tools (docs/tools.md)."""
-    system_tools: list[SystemToolName] = []
-    """Built-in tools to offer, by name: ``get_current_time``..."""
-    transfers: list[TransferEntry] = []
-    """The agents ``transfer_to_agent`` may hand the conversation to."""
-    suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
-    """Example prompts a chat page offers (the web demo's suggestion chips)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,9 @@ from typing import Any
 import msgspec
 
 from gateway.agent.file import Agent
-from gateway.tools.backend import ToolRow, failure_code, tool_failure
+from gateway.tools.base import failure_code, tool_failure
 from gateway.tools.python import Progress
+from gateway.tools.toolbox import ToolRow
 
 __all__ = ["describe_agent", "describe_tool", "describe_tools", "run_tool_alone"]
 

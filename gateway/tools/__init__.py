@@ -1,9 +1,10 @@
-"""How server tools run: the ``ToolBackend`` seam and the ``Toolbox`` (``backend``), Python
-functions (``python``), MCP servers (``mcp``), OpenAPI documents (``openapi``), built-in
+"""How server tools run: the ``ToolBackend`` seam (``base``), the ``Toolbox`` that puts an
+agent's backends together (``toolbox``), what an agent file says about a backend (``entry``);
+Python functions (``python``), MCP servers (``mcp``), OpenAPI documents (``openapi``), built-in
 system tools (``system``) and other agents (``agent``).
 
 What a tool *is* lives in the core (``gateway.core.tool``). Its names are re-exported here,
-where they were first documented (``gateway.core.tool.ToolDef``), with ``Progress``; each is
+where they were first documented (``gateway.tools.ToolDef``), with ``Progress``; each is
 loaded when first asked for.
 """
 

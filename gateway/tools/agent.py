@@ -28,16 +28,9 @@ from gateway.core.model import (
 from gateway.core.tool import ToolDef, ToolRegistry, default_display_name
 from gateway.core.transcript import AssistantTurn, Item, RequestedCall, ToolOutcome, UserTurn
 from gateway.errors import ConfigError, ProviderError, ToolError
-from gateway.tools.backend import (
-    NOBODY,
-    AgentToolEntry,
-    BackendKind,
-    Caller,
-    EntryBackend,
-    ReportProgress,
-    Toolbox,
-    tool_failure,
-)
+from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress, tool_failure
+from gateway.tools.entry import AgentToolEntry, EntryBackend
+from gateway.tools.toolbox import Toolbox
 
 __all__ = ["AgentLoader", "AgentTools", "OtherAgent"]
 

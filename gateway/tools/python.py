@@ -36,7 +36,8 @@ import msgspec
 
 from gateway.core.tool import Delivery, Execution, ToolDef, check_tool, default_display_name
 from gateway.errors import ConfigError
-from gateway.tools.backend import NOBODY, BackendKind, Caller, ToolOptions, with_options
+from gateway.tools.base import NOBODY, BackendKind, Caller
+from gateway.tools.entry import ToolOptions, with_options
 from gateway.wire.v1 import struct_schema
 
 __all__ = ["Caller", "Progress", "PythonTools", "ServerTool", "ToolParam", "tool"]
@@ -364,7 +365,7 @@ def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 
 class PythonTools:
-    """An agent's ``@tool`` functions as a ``gateway.tools.backend.ToolBackend``.
+    """An agent's ``@tool`` functions as a ``gateway.tools.base.ToolBackend``.
 
     Raises:
         ConfigError: two tools have the same name (the last would silently win).

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from gateway.core.tool import ToolDef
 from gateway.errors import ConfigError
-from gateway.tools.backend import NOBODY, BackendKind, Caller, ReportProgress
+from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress
 
 __all__ = ["SYSTEM_TOOLS", "SystemToolName", "SystemTools", "TransferTarget", "transfer_tool"]
 

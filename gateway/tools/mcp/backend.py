@@ -36,14 +36,8 @@ from pydantic import ValidationError
 
 from gateway.core.tool import ToolDef
 from gateway.errors import ConfigError, ToolError
-from gateway.tools.backend import (
-    NOBODY,
-    BackendKind,
-    Caller,
-    EntryBackend,
-    McpServerEntry,
-    ReportProgress,
-)
+from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress
+from gateway.tools.entry import EntryBackend, McpServerEntry
 from gateway.tools.mcp.connection import Connection, Endpoint, list_tools
 from gateway.tools.mcp.result import (
     definitions_of,
@@ -73,7 +67,7 @@ class _Unreachable(Exception):
 
 
 class McpTools(EntryBackend):
-    """The tools of one MCP server, as a ``gateway.tools.backend.ToolBackend``.
+    """The tools of one MCP server, as a ``gateway.tools.base.ToolBackend``.
 
     Takes the same arguments as ``gateway.tools.mcp.connection.Endpoint``, and raises the same
     ``ConfigError`` for a bad entry.

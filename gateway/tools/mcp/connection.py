@@ -32,7 +32,7 @@ from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from gateway.errors import ConfigError
-from gateway.tools.backend import McpServerEntry, expand_env
+from gateway.tools.entry import McpServerEntry, expand_env
 
 __all__ = ["Connection", "Endpoint", "list_tools"]
 

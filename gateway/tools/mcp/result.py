@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from gateway.core.tool import ToolDef, check_tool, default_display_name
 from gateway.errors import ConfigError, ToolError
-from gateway.tools.backend import McpServerEntry, check_options_known, tool_name, with_options
+from gateway.tools.base import tool_name
+from gateway.tools.entry import McpServerEntry, check_options_known, with_options
 
 __all__ = ["definitions_of", "describe_failure", "leaf_of", "progress_payload", "tool_result"]
 

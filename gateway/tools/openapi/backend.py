@@ -26,16 +26,12 @@ import structlog
 
 from gateway.core.tool import ToolDef, check_tool, default_display_name
 from gateway.errors import ConfigError, ToolError
-from gateway.tools.backend import (
-    NOBODY,
-    BackendKind,
-    Caller,
+from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress, tool_name
+from gateway.tools.entry import (
     EntryBackend,
     OpenApiEntry,
-    ReportProgress,
     check_options_known,
     expand_env,
-    tool_name,
     with_options,
 )
 from gateway.tools.openapi.document import (
@@ -70,7 +66,7 @@ _MAX_LISTED = 50
 
 
 class OpenApiTools(EntryBackend):
-    """The operations of an OpenAPI 3.x document as a ``gateway.tools.backend.ToolBackend``.
+    """The operations of an OpenAPI 3.x document as a ``gateway.tools.base.ToolBackend``.
 
     Tools are named after the ``operationId`` (``getOrder`` -> ``get_order``), else after the
     method and path (``get_orders_order_id``). Their input schema has one property per path,
