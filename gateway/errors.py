@@ -1,15 +1,15 @@
 """Error tree, close codes and the one close table, shared by the gateway and its clients.
 
-Every error carries the wire ``code`` it is reported with and the WebSocket close
-code used when it ends the connection.
+Why the gateway closes a socket, and what it calls each failure, is one table for every
+endpoint and wire protocol. Each cause has a label, the same as in logs and metrics
+(``connection_refused label=...``). ``closing(label)`` gives its close code, the reason
+sent with it and the wire error code that names the cause (``None`` for a close that no
+failure causes: the session ended, moved or was taken over), so every module, and every
+codec (v1 and the OpenAI-compatible one), closes the same way for the same cause.
 
-Why the gateway closes a socket is one table, for every endpoint and wire protocol. Each
-way a socket can end has a label, the same as in logs and metrics
-(``connection_refused label=...``). ``closing(label)`` gives its close code and the reason
-sent with it, so every module, and every codec (v1 and the OpenAI-compatible one), closes
-the same way for the same cause. A refusal caused by an error takes the error's own close
-code (``GatewayError.close_code``) and message: ``of_error``. The close-code table in
-docs/protocol.md documents these rows.
+Every ``GatewayError`` carries its label too: its ``code`` and its ``close_code`` are its
+row's, and ``of_error`` gives the close of a refusal it caused. No error class holds a code
+of its own. The close-code table in docs/protocol.md documents these rows.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ __all__ = [
     "ConfigError",
     "ErrorCode",
     "GatewayError",
-    "LimitExceeded",
-    "ProtocolViolation",
     "ProviderError",
     "StoreUnavailable",
     "TooManySessions",
     "ToolError",
+    "ToolForbidden",
     "closing",
     "of_error",
 ]
@@ -53,6 +52,7 @@ ErrorCode = Literal[
     "store_unavailable",
     "internal",
 ]
+"""The wire error codes (``error.code``) the gateway defines; docs/protocol.md lists them."""
 
 
 class CloseCode(enum.IntEnum):
@@ -62,7 +62,7 @@ class CloseCode(enum.IntEnum):
     GOING_AWAY = 1001
     INVALID_DATA = 1007  # a text frame that is not UTF-8: closed by the server library
     POLICY = 1008
-    TOO_BIG = 1009
+    TOO_BIG = 1009  # a frame over ws_max_size: closed by the server library
     INTERNAL = 1011  # our bug; never carries a reason
     SERVICE_RESTART = 1012
     TRY_AGAIN = 1013
@@ -74,128 +74,184 @@ class CloseCode(enum.IntEnum):
     TOO_MANY_SESSIONS = 4029  # the principal holds max_sessions_per_principal sessions
 
 
-class GatewayError(Exception):
-    """Base of every error the gateway raises on purpose."""
+# --------------------------------------------------------------------- the close table
 
-    code: ErrorCode = "internal"
-    close_code: CloseCode = CloseCode.INTERNAL
+
+class Closing(NamedTuple):
+    """A close: its code, its reason (at most 123 bytes on the wire), its label, and the
+    wire error code of its cause (``None``: no failure caused it)."""
+
+    code: CloseCode
+    reason: str
+    label: str
+    error_code: ErrorCode | None
+
+
+_CLOSES: dict[str, tuple[CloseCode, str, ErrorCode | None]] = {
+    # Refused at the handshake (1008: HTTP 403 there, no reason; others after an accept).
+    "foreign_host": (CloseCode.POLICY, "", "forbidden"),
+    "forbidden_origin": (CloseCode.FORBIDDEN_ORIGIN, "origin not allowed", "forbidden_origin"),
+    "bad_subprotocol": (CloseCode.POLICY, "", "invalid_message"),
+    "shutting_down": (CloseCode.SERVICE_RESTART, "shutting down", "rate_limited"),
+    "too_many_sockets": (CloseCode.TRY_AGAIN, "too many sockets from this address", "rate_limited"),
+    # A credential refused (``AuthError``: its reason says precisely why).
+    "no_token": (CloseCode.UNAUTHORIZED, "a credential is required", "unauthorized"),
+    "no_key": (CloseCode.UNAUTHORIZED, "an API key is required", "unauthorized"),
+    "bad_token": (CloseCode.UNAUTHORIZED, "invalid token", "unauthorized"),
+    "bad_key": (CloseCode.UNAUTHORIZED, "unknown API key", "unauthorized"),
+    "token_expired": (CloseCode.UNAUTHORIZED, "token expired", "unauthorized"),
+    "wrong_agent": (CloseCode.UNAUTHORIZED, "token is for another agent", "unauthorized"),
+    "wrong_origin": (CloseCode.UNAUTHORIZED, "token is bound to another origin", "unauthorized"),
+    # Refused at the first frame.
+    "first_message_timeout": (
+        CloseCode.POLICY,
+        "no session.start or session.resume in time",
+        "invalid_message",
+    ),
+    "invalid_resume": (CloseCode.POLICY, "invalid session.resume", "invalid_message"),
+    "session_expired": (CloseCode.SESSION_EXPIRED, "session ended or expired", "session_expired"),
+    "unknown_session": (CloseCode.UNKNOWN_SESSION, "unknown session", "session_expired"),
+    "not_owner": (CloseCode.UNAUTHORIZED, "not the session's owner", "unauthorized"),
+    "wrong_resume_token": (CloseCode.UNAUTHORIZED, "wrong resume token", "unauthorized"),
+    "store_unavailable": (
+        CloseCode.TRY_AGAIN,
+        "the session store does not answer; try again",
+        "store_unavailable",
+    ),
+    "too_many_sessions": (
+        CloseCode.TOO_MANY_SESSIONS,
+        "too many sessions for this client",
+        "rate_limited",
+    ),
+    "gateway_full": (CloseCode.TRY_AGAIN, "gateway full: try again later", "rate_limited"),
+    # A live socket.
+    "message_flood": (CloseCode.POLICY, "message flood", "rate_limited"),
+    "client_too_slow": (CloseCode.TRY_AGAIN, "client too slow: resume to get the rest", None),
+    "not_reading": (CloseCode.TRY_AGAIN, "client not reading: resume to get the rest", None),
+    "no_pong": (CloseCode.TRY_AGAIN, "no pong in time: resume to get the rest", None),
+    "session_moved": (CloseCode.TRY_AGAIN, "session moved to another node: resume", None),
+    "service_restart": (CloseCode.SERVICE_RESTART, "service restart", None),
+    "taken_over": (CloseCode.TAKEN_OVER, "session taken over by a new socket", None),
+    "session_ended": (CloseCode.NORMAL, "session ended", None),
+    "done": (CloseCode.NORMAL, "", None),
+    # Our bug: never a reason. Failures that end no socket (the model's, a tool's, the
+    # configuration's) close like it, should one ever escape to the driver.
+    "internal": (CloseCode.INTERNAL, "", "internal"),
+    "provider_error": (CloseCode.INTERNAL, "", "provider_error"),
+    "tool_error": (CloseCode.INTERNAL, "", "internal"),
+    "tool_forbidden": (CloseCode.INTERNAL, "", "forbidden"),
+    "config_error": (CloseCode.INTERNAL, "", "internal"),
+    "invalid_token_request": (CloseCode.INTERNAL, "", "invalid_message"),
+}
+
+
+def closing(label: str, reason: str | None = None) -> Closing:
+    """The close for ``label``; ``reason`` replaces its usual one (a detail only the caller
+    knows: which origin, which field of a bad ``session.resume``).
+
+    Raises:
+        KeyError: no row has ``label``.
+    """
+    code, usual, error_code = _CLOSES[label]
+    return Closing(code, usual if reason is None else reason, label, error_code)
+
+
+def of_error(exc: GatewayError) -> Closing:
+    """The close of a refusal ``exc`` caused: its label's row, with its own reason if it
+    has one the peer may read (``GatewayError.close_reason``)."""
+    return closing(exc.label, exc.close_reason)
+
+
+# ------------------------------------------------------------------------ the errors
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose.
+
+    Its label is its row of the close table: the wire ``code`` it is reported with, and the
+    code and reason a socket it ends (or refuses) closes with (``close_code``,
+    ``of_error``).
+
+    Args:
+        *args: the message, as for any exception.
+        label: a finer row than the class's own (``AuthError``: ``token_expired``...).
+
+    Attributes:
+        label: its row of the close table (``closing``).
+        code: the wire error code of its row.
+        close_reason: what a close it causes tells the peer instead of its row's usual
+            reason: its own words, never a secret. ``None``: the usual reason (its message
+            may hold what the peer must not read, such as the store's address).
+        retryable: the same request may well work later.
+    """
+
+    label: str = "internal"
+    code: ErrorCode
+    close_reason: str | None = None
     retryable: bool = False
 
+    def __init__(self, *args: object, label: str | None = None) -> None:
+        super().__init__(*args)
+        if label is not None:
+            self.label = label
+        # A close that no failure causes has no code; no error names such a row.
+        self.code = _CLOSES[self.label][2] or "internal"
 
-class ProtocolViolation(GatewayError):
-    """The peer broke the protocol in a way that ends the connection."""
-
-    code: ErrorCode = "invalid_message"
-    close_code = CloseCode.POLICY
-
-
-class LimitExceeded(GatewayError):
-    """The peer went over a size limit that ends the connection."""
-
-    code: ErrorCode = "message_too_large"
-    close_code = CloseCode.TOO_BIG
+    @property
+    def close_code(self) -> CloseCode:
+        """The close code of a socket this error ends or refuses (its row's)."""
+        return _CLOSES[self.label][0]
 
 
 class ProviderError(GatewayError):
     """The model provider failed; the response ends, the session goes on."""
 
-    code: ErrorCode = "provider_error"
+    label = "provider_error"
     retryable = True
 
 
 class ToolError(GatewayError):
     """A tool failed; the message becomes the tool's error result."""
 
-    code: ErrorCode = "internal"
+    label = "tool_error"
 
 
 class ToolForbidden(ToolError):
     """A tool refuses its caller (another user's order, say): the call fails with the code
     ``forbidden`` (``tool.status``), and the model sees the message."""
 
+    label = "tool_forbidden"
+
 
 class ConfigError(GatewayError):
     """The gateway's configuration (agent file, scenario, flags) is invalid."""
+
+    label = "config_error"
 
 
 class TooManySessions(GatewayError):
     """A new session would go over a session quota (nil while the gateway shuts down): the
     socket is refused, nothing ends.
 
-    Attributes:
-        label: short snake_case reason for logs and metrics (``gateway_full``,
-            ``too_many_sessions``, ``shutting_down``).
+    Args:
+        reason: what the client is told, if not the usual reason of ``label``'s row.
+        label: which quota: ``gateway_full``, ``too_many_sessions`` or ``shutting_down``.
     """
 
-    code: ErrorCode = "rate_limited"
     retryable = True
 
-    def __init__(self, message: str, *, close_code: CloseCode, label: str) -> None:
-        super().__init__(message)
-        self.close_code = close_code
-        self.label = label
+    def __init__(self, reason: str | None = None, *, label: str) -> None:
+        told = closing(label, reason).reason
+        super().__init__(told, label=label)
+        self.close_reason = told
 
 
 class StoreUnavailable(GatewayError):
     """The session store (Redis) does not answer: the session cannot go on on this node now.
 
-    The client should come back later (close 1013); nothing is lost that was committed.
+    The client should come back later (close 1013); nothing is lost that was committed. The
+    message names the store, so a close tells the client only its row's reason.
     """
 
-    code: ErrorCode = "store_unavailable"
-    close_code = CloseCode.TRY_AGAIN
+    label = "store_unavailable"
     retryable = True
-
-
-# --------------------------------------------------------------------- the close table
-
-
-class Closing(NamedTuple):
-    """A close: its code, its reason (at most 123 bytes on the wire), its label."""
-
-    code: CloseCode
-    reason: str
-    label: str
-
-
-_CLOSES: dict[str, tuple[CloseCode, str]] = {
-    # Refused at the handshake (1008: HTTP 403 there, no reason; others after an accept).
-    "foreign_host": (CloseCode.POLICY, ""),
-    "forbidden_origin": (CloseCode.FORBIDDEN_ORIGIN, "origin not allowed"),
-    "bad_subprotocol": (CloseCode.POLICY, ""),
-    "shutting_down": (CloseCode.SERVICE_RESTART, "shutting down"),
-    "too_many_sockets": (CloseCode.TRY_AGAIN, "too many sockets from this address"),
-    # Refused at the first frame.
-    "first_message_timeout": (CloseCode.POLICY, "no session.start or session.resume in time"),
-    "invalid_resume": (CloseCode.POLICY, "invalid session.resume"),
-    "session_expired": (CloseCode.SESSION_EXPIRED, "session ended or expired"),
-    "unknown_session": (CloseCode.UNKNOWN_SESSION, "unknown session"),
-    "not_owner": (CloseCode.UNAUTHORIZED, "not the session's owner"),
-    "wrong_resume_token": (CloseCode.UNAUTHORIZED, "wrong resume token"),
-    "store_unavailable": (CloseCode.TRY_AGAIN, "the session store does not answer; try again"),
-    "too_many_sessions": (CloseCode.TOO_MANY_SESSIONS, "too many sessions for this client"),
-    "gateway_full": (CloseCode.TRY_AGAIN, "gateway full: try again later"),
-    # A live socket.
-    "message_flood": (CloseCode.POLICY, "message flood"),
-    "client_too_slow": (CloseCode.TRY_AGAIN, "client too slow: resume to get the rest"),
-    "not_reading": (CloseCode.TRY_AGAIN, "client not reading: resume to get the rest"),
-    "no_pong": (CloseCode.TRY_AGAIN, "no pong in time: resume to get the rest"),
-    "session_moved": (CloseCode.TRY_AGAIN, "session moved to another node: resume"),
-    "service_restart": (CloseCode.SERVICE_RESTART, "service restart"),
-    "taken_over": (CloseCode.TAKEN_OVER, "session taken over by a new socket"),
-    "session_ended": (CloseCode.NORMAL, "session ended"),
-    "done": (CloseCode.NORMAL, ""),
-    "internal": (CloseCode.INTERNAL, ""),  # our bug: never a reason
-}
-
-
-def closing(label: str, reason: str | None = None) -> Closing:
-    """The close for ``label``; ``reason`` replaces its usual one (a detail only the caller
-    knows: which origin, which field of a bad ``session.resume``)."""
-    code, usual = _CLOSES[label]
-    return Closing(code, usual if reason is None else reason, label)
-
-
-def of_error(exc: GatewayError, label: str) -> Closing:
-    """The close for a refusal an error caused: its ``close_code``, its message."""
-    return Closing(exc.close_code, str(exc), label)

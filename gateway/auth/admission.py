@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gateway.core.principal import ANONYMOUS
-from gateway.errors import Closing, TooManySessions, closing
+from gateway.errors import TooManySessions
 
 __all__ = ["AddressCounter", "SessionQuota", "proxy_networks"]
 
@@ -115,14 +115,12 @@ class SessionQuota:
             and principal != ANONYMOUS.name
             and self._held[principal] >= self._max_per_principal
         ):
-            raise _refused(
-                closing(
-                    "too_many_sessions",
-                    f"too many sessions: at most {self._max_per_principal} per client",
-                )
+            raise TooManySessions(
+                f"too many sessions: at most {self._max_per_principal} per client",
+                label="too_many_sessions",
             )
         if self._max_total is not None and self.total >= self._max_total:
-            raise _refused(closing("gateway_full"))
+            raise TooManySessions(label="gateway_full")
         self._held[principal] += 1
         self.total += 1
 
@@ -136,7 +134,3 @@ class SessionQuota:
     def held(self, principal: str) -> int:
         """Sessions ``principal`` holds now."""
         return self._held[principal]
-
-
-def _refused(close: Closing) -> TooManySessions:
-    return TooManySessions(close.reason, close_code=close.code, label=close.label)

@@ -26,7 +26,7 @@ from gateway.auth.api_key import ApiKeys
 from gateway.auth.origin import is_loopback_host, normalize_origin
 from gateway.config import Config
 from gateway.core.principal import ANONYMOUS, Principal
-from gateway.errors import CloseCode, ConfigError, GatewayError
+from gateway.errors import ConfigError, GatewayError
 from gateway.wire.v1 import TOKEN_SUBPROTOCOL_PREFIX
 
 __all__ = [
@@ -55,22 +55,20 @@ class AuthError(GatewayError):
 
     Attributes:
         reason: for the caller (the close reason or the HTTP error), never a secret.
-        label: a short snake_case name for logs and metrics (``no_token``, ...).
+        label: a short snake_case name for logs and metrics (``no_token``, ...), and its
+            row of the close table (``gateway.errors.closing``): 4001, code ``unauthorized``.
     """
 
-    code = "unauthorized"
-    close_code = CloseCode.UNAUTHORIZED
-
     def __init__(self, reason: str, *, label: str) -> None:
-        super().__init__(reason)
+        super().__init__(reason, label=label)
         self.reason = reason
-        self.label = label
+        self.close_reason = reason
 
 
 class TokenRequestError(GatewayError):
     """The body of a token request is not acceptable (HTTP 422 with the reason)."""
 
-    code = "invalid_message"
+    label = "invalid_token_request"
 
 
 # ----------------------------------------------------------------------------- tokens

@@ -18,50 +18,18 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from gateway.auth.credentials import AuthError, TokenRequest, TokenRequestError
+from gateway.edge.body import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
     from gateway.shell.runtime import Runtime
 
-__all__ = [
-    "MAX_TOKEN_REQUEST_SIZE",
-    "BodyTooLarge",
-    "auth_routes",
-    "guard_bearer",
-    "guard_tool_test",
-    "read_capped_body",
-]
+__all__ = ["MAX_TOKEN_REQUEST_SIZE", "auth_routes", "guard_bearer", "guard_tool_test"]
 
 log = structlog.get_logger("gateway.auth")
 
 MAX_TOKEN_REQUEST_SIZE = 64 * 2**10
 """Largest body of a token request, in bytes (413 past it)."""
 _DEV_KEY_NAME = "dev"
-
-
-class BodyTooLarge(Exception):
-    """A request body is over its cap (HTTP 413)."""
-
-
-async def read_capped_body(request: Request, limit: int) -> bytes:
-    """The body of ``request``, read chunk by chunk and given up on past ``limit`` bytes.
-
-    At most ``limit`` bytes plus one chunk of the server's (uvicorn reads 64 KiB at a
-    time) are ever held; a ``Content-Length`` over the limit is refused unread.
-
-    Raises:
-        BodyTooLarge: the body (or its declared length) exceeds ``limit``.
-    """
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _error(status: int, code: str, reason: str) -> JSONResponse:
@@ -71,7 +39,7 @@ def _error(status: int, code: str, reason: str) -> JSONResponse:
 
 def _unauthorized(exc: AuthError) -> JSONResponse:
     log.info("request_refused", label=exc.label)
-    return _error(401, "unauthorized", exc.reason)
+    return _error(401, exc.code, exc.reason)
 
 
 def guard_bearer(runtime: Runtime, request: Request) -> JSONResponse | None:
@@ -102,7 +70,7 @@ def guard_tool_test(runtime: Runtime, request: Request) -> JSONResponse | None:
 
 async def _mint(runtime: Runtime, request: Request, key_name: str) -> JSONResponse:
     try:
-        body = await read_capped_body(request, MAX_TOKEN_REQUEST_SIZE)
+        body = await read_body(request, MAX_TOKEN_REQUEST_SIZE)
         token_request = msgspec.json.decode(body or b"{}", type=TokenRequest)
         if key_name == _DEV_KEY_NAME and token_request.origin is None:
             # The demo page asks from its own origin: bind the token to it.

@@ -1,12 +1,13 @@
 """``/v1/openai/realtime``: the OpenAI Realtime protocol (GA, text and function calls)
 on the same session core, for apps built on OpenAI's SDKs.
 
-The handshake is checked as v1's is (``gateway.edge.v1_endpoint``): Host and Origin, the
+The handshake is v1's, shared (``gateway.edge.handshake``): Host and Origin, the
 credential (``Authorization: Bearer``, which OpenAI's SDKs send, a client token as
 ``?token=`` or ``gateway.token.<t>``, or the browser's ``openai-insecure-api-key.<t>``
-subprotocol), the sockets per address, then the session quotas. Frames go through v1's
-reader (rate and size limits) with an ``OpenAIRealtimeCodec`` to decode them, and the
-session's events through the same codec on their way out (``Connection.codec``).
+subprotocol), the sockets per address, then the session quotas; any subprotocol is served.
+Frames go through v1's reader (rate and size limits) with an ``OpenAIRealtimeCodec`` to
+decode them, and the session's events through the same codec on their way out
+(``Connection.codec``).
 
 The session starts with the socket: ``session.created`` is its first event. The protocol
 has no resume, so when the socket closes the session ends.
@@ -15,25 +16,15 @@ has no resume, so when the socket closes the session ends.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from starlette.websockets import WebSocket
 
-from gateway.auth.credentials import AuthError
 from gateway.core.principal import Principal
-from gateway.edge.v1_endpoint import (
-    close_out,
-    pump,
-    reader_for,
-    refuse,
-    refuse_expired,
-    refuse_start,
-)
-from gateway.errors import Closing, StoreUnavailable, TooManySessions, closing, of_error
-from gateway.shell.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
+from gateway.edge.handshake import accept, admit, open_session
+from gateway.edge.v1_endpoint import close_out, pump, reader_for
 from gateway.wire.openai.codec import OpenAIRealtimeCodec
 from gateway.wire.v1 import DecodeFailure, Inbound, SessionStart
 
@@ -57,55 +48,29 @@ _KEY_PREFIX = "openai-insecure-api-key."
 async def openai_realtime_endpoint(websocket: WebSocket) -> None:
     """``GET /v1/openai/realtime[?model=...]``: one session per socket."""
     runtime: Runtime = websocket.app.state.runtime
-    if (refusal := runtime.origins.check(websocket.scope)) is not None:
-        await _refuse(runtime, websocket, closing(refusal.label, refusal.reason))
-        return
-    if runtime.closing:
-        await _refuse(runtime, websocket, closing("shutting_down"))
-        return
     offered: list[str] = websocket.scope.get("subprotocols") or []
     keys = [p[len(_KEY_PREFIX) :] for p in offered if p.startswith(_KEY_PREFIX)]
-    query = websocket.query_params
+    admitted = await admit(
+        runtime,
+        websocket,
+        protocol=_SUBPROTOCOL,
+        exclusive=False,
+        bearer=keys[0] if keys else None,
+    )
+    if admitted is None:
+        return
+    model = websocket.query_params.get("model") or runtime.agent.name
     try:
-        principal = runtime.auth.socket(
-            subprotocols=offered,
-            query_token=query.get("token"),
-            authorization=(f"Bearer {keys[0]}" if keys else websocket.headers.get("authorization")),
-            origin=websocket.headers.get("origin"),
-            now=time.time(),
-        )
-    except AuthError as exc:
-        await _refuse(runtime, websocket, of_error(exc, exc.label))
-        return
-    model = query.get("model") or runtime.agent.name
-    address = websocket.client.host if websocket.client is not None else None
-    if address is None:  # a Unix socket: no address to count by
-        await _serve(runtime, websocket, principal, model)
-        return
-    if not runtime.sockets.acquire(address):
-        await _refuse(runtime, websocket, closing("too_many_sockets"))
-        return
-    try:
-        await _serve(runtime, websocket, principal, model)
+        await _serve(runtime, websocket, admitted.principal, model)
     finally:
-        runtime.sockets.release(address)
-
-
-async def _refuse(runtime: Runtime, websocket: WebSocket, close: Closing) -> None:
-    await refuse(runtime, websocket, close, protocol=_SUBPROTOCOL)
+        admitted.release()
 
 
 async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, model: str) -> None:
     """Accept an admitted socket, start its session and run it until either ends."""
-    offered = websocket.scope.get("subprotocols") or []
-    await websocket.accept(subprotocol=_SUBPROTOCOL if _SUBPROTOCOL in offered else None)
+    conn = await accept(runtime, websocket, _SUBPROTOCOL)
     codec = OpenAIRealtimeCodec(
         model=model, new_id=_new_id, max_pending_chars=runtime.config.max_message_chars
-    )
-    conn = runtime.connection(
-        websocket,
-        abort=websocket.scope.get(ABORT_SCOPE_KEY),
-        frame_writer=websocket.scope.get(FRAME_WRITER_SCOPE_KEY),
     )
     conn.codec = codec
 
@@ -117,7 +82,8 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
 
     reader = reader_for(runtime, websocket, conn, decode)
     try:
-        driver = await _start(runtime, conn, principal)
+        # session.created is the first event: the protocol has no first message.
+        driver = await open_session(runtime, conn, principal, SessionStart())
         if driver is not None:
             codec.call_args = _call_args(driver)
             structlog.contextvars.bind_contextvars(session_id=driver.session_id)
@@ -132,21 +98,6 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
             log.info("socket_closed", client_code=reader.close_code, server_code=conn.close_code)
     finally:
         await close_out(reader, conn)
-
-
-async def _start(runtime: Runtime, conn: Connection, principal: Principal) -> Driver | None:
-    """A new session with ``conn`` as its socket; ``None`` once refused."""
-    try:
-        driver = await runtime.start_session(principal)
-    except (TooManySessions, StoreUnavailable) as exc:
-        await refuse_start(runtime, conn, exc)
-        return None
-    accepted = driver.attach_soon(conn)
-    driver.feed(SessionStart())  # right behind the attach: session.created comes first
-    if not await accepted:
-        await refuse_expired(runtime, conn)
-        return None
-    return driver
 
 
 def _call_args(driver: Driver) -> Callable[[str], dict[str, Any] | None]:

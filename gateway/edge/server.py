@@ -245,8 +245,8 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.close_sent or self.transport.is_closing():
             return
         log.info("ping_timed_out", ping_timeout=self.ping_timeout)
-        code, reason, _ = closing("no_pong")
-        self._close(code, reason)
+        no_pong = closing("no_pong")
+        self._close(no_pong.code, no_pong.reason)
 
     def _close(self, code: int, reason: str) -> None:
         """Start the closing handshake without waiting for the peer; abort if it stalls."""

@@ -5,28 +5,25 @@ feeds them to the driver. The first frame decides which session the socket
 belongs to: ``session.resume`` reattaches a live one, anything else starts a
 new one. When the socket goes, the session stays (for ``session_ttl``).
 
-Before that, the handshake is checked: Host and Origin (``gateway.auth.origin``), then
-the credential (``gateway.auth.credentials``); the principal it proves owns the session, and
-only the same principal may resume it.
-Admission happens here too: at most ``max_sockets_per_ip`` open sockets per client
-address (the address a trusted proxy forwards, see ``forwarded_allow_ips``), and the
-runtime's session quotas at ``session.start``. Every refusal goes through ``refuse``.
+Before that, the socket goes through the handshake every endpoint shares
+(``gateway.edge.handshake``: Host and Origin, the ``gateway.v1`` subprotocol, the credential,
+the sockets per address), and its new session through the runtime's session quotas. Its
+``Reader`` (rate limits, a bounded inbox) reads the OpenAI-compatible endpoint's frames too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
-from starlette.websockets import WebSocket, WebSocketState
+from starlette.websockets import WebSocket
 
-from gateway.auth.credentials import AuthError
 from gateway.core.principal import Principal
-from gateway.errors import CloseCode, Closing, StoreUnavailable, TooManySessions, closing, of_error
-from gateway.shell.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, Connection
+from gateway.edge.handshake import accept, admit, open_session, refuse, refuse_expired
+from gateway.errors import CloseCode, Closing, StoreUnavailable, closing, of_error
+from gateway.shell.connection import Connection
 from gateway.shell.flag import Flag
 from gateway.shell.inbox import Inbox
 from gateway.wire.v1 import (
@@ -42,17 +39,7 @@ if TYPE_CHECKING:
     from gateway.shell.driver import Driver
     from gateway.shell.runtime import Runtime
 
-__all__ = [
-    "Decode",
-    "Reader",
-    "close_out",
-    "pump",
-    "reader_for",
-    "realtime_endpoint",
-    "refuse",
-    "refuse_expired",
-    "refuse_start",
-]
+__all__ = ["Decode", "Reader", "close_out", "pump", "reader_for", "realtime_endpoint"]
 
 log = structlog.get_logger("gateway.transport")
 
@@ -77,57 +64,18 @@ _BINARY = DecodeFailure(
 async def realtime_endpoint(websocket: WebSocket) -> None:
     """``GET /v1/realtime``: one session per socket at a time."""
     runtime: Runtime = websocket.app.state.runtime
-    offered = websocket.scope.get("subprotocols") or []
-    if (refusal := runtime.origins.check(websocket.scope)) is not None:
-        # A foreign Host (DNS rebinding) is refused at the handshake; a foreign Origin
-        # is told why, with 4003, so that the page's developer can see it.
-        await refuse(runtime, websocket, closing(refusal.label, refusal.reason))
-        return
-    if offered and SUBPROTOCOL not in offered:
-        # A client asking only for other protocols (say a future gateway.v2) must not be
-        # served v1 by surprise: the handshake is refused (HTTP 403).
-        await refuse(runtime, websocket, closing("bad_subprotocol"))
-        return
-    if runtime.closing:
-        await refuse(runtime, websocket, closing("shutting_down"))
+    admitted = await admit(runtime, websocket, protocol=SUBPROTOCOL, exclusive=True)
+    if admitted is None:
         return
     try:
-        principal = runtime.auth.socket(
-            subprotocols=offered,
-            # Parsed only when there is one: most sockets have no query string.
-            query_token=(
-                websocket.query_params.get("token") if websocket.scope.get("query_string") else None
-            ),
-            authorization=websocket.headers.get("authorization"),
-            origin=websocket.headers.get("origin"),
-            now=time.time(),
-        )
-    except AuthError as exc:
-        await refuse(runtime, websocket, of_error(exc, exc.label))
-        return
-    address = websocket.client.host if websocket.client is not None else None
-    if address is None:  # a Unix socket: no address to count by
-        await _serve(runtime, websocket, principal)
-        return
-    if not runtime.sockets.acquire(address):
-        await refuse(runtime, websocket, closing("too_many_sockets"))
-        return
-    try:
-        await _serve(runtime, websocket, principal)
+        await _serve(runtime, websocket, admitted.principal)
     finally:
-        runtime.sockets.release(address)
+        admitted.release()
 
 
 async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -> None:
     """Accept an admitted socket and run it: its first frame, then its session."""
-    offered = websocket.scope.get("subprotocols") or []
-    # Never the token subprotocol: the chosen one is echoed back in the response.
-    await websocket.accept(subprotocol=SUBPROTOCOL if offered else None)
-    conn = runtime.connection(
-        websocket,
-        abort=websocket.scope.get(ABORT_SCOPE_KEY),
-        frame_writer=websocket.scope.get(FRAME_WRITER_SCOPE_KEY),
-    )
+    conn = await accept(runtime, websocket, SUBPROTOCOL)
     reader = reader_for(runtime, websocket, conn)
     try:
         driver = await _open(runtime, conn, reader, principal)
@@ -170,38 +118,6 @@ async def close_out(reader: Reader, conn: Connection) -> None:
     await conn.aclose()
 
 
-async def refuse(
-    runtime: Runtime,
-    websocket_or_conn: WebSocket | Connection,
-    close: Closing,
-    *,
-    protocol: str = SUBPROTOCOL,
-) -> None:
-    """Refuse a socket with ``close`` (``gateway.errors``): log ``connection_refused`` and
-    count it by its label.
-
-    A ``Connection`` (an accepted socket) closes with its code and reason. A WebSocket
-    still in its handshake is refused there (HTTP 403, no reason) when the code is 1008;
-    for any other code it is accepted first (with the subprotocol ``protocol`` when the
-    client offered it), so that the client can read the code and the reason.
-    """
-    code, label = close.code, close.label
-    log.info("connection_refused", label=label, close_code=int(code))
-    runtime.note_refusal(label)
-    reason = close.reason.encode()[:123].decode(errors="ignore")  # a close reason's limit
-    if isinstance(websocket_or_conn, Connection):
-        websocket_or_conn.close(code, reason)
-        return
-    websocket = websocket_or_conn
-    if websocket.client_state is WebSocketState.CONNECTING:
-        if code == CloseCode.POLICY:
-            await websocket.close(code=code)
-            return
-        offered = websocket.scope.get("subprotocols") or []
-        await websocket.accept(subprotocol=protocol if protocol in offered else None)
-    await websocket.close(code=code, reason=reason)
-
-
 async def _open(
     runtime: Runtime, conn: Connection, reader: Reader, principal: Principal
 ) -> Driver | None:
@@ -225,19 +141,7 @@ async def _open(
         # A client that meant to resume must not silently get a new, empty session.
         await refuse(runtime, conn, closing("invalid_resume", first.message))
         return None
-    try:
-        driver = await runtime.start_session(principal)
-    except (TooManySessions, StoreUnavailable) as exc:
-        await refuse_start(runtime, conn, exc)
-        return None
-    # The first message goes in right behind the attach: one turn of the session's loop
-    # takes both, and sends session.created.
-    accepted = driver.attach_soon(conn)
-    driver.feed(first)
-    if not await accepted:
-        await refuse_expired(runtime, conn)
-        return None
-    return driver
+    return await open_session(runtime, conn, principal, first)
 
 
 async def _resume(
@@ -257,8 +161,8 @@ async def _resume(
             return None
         try:
             found = await runtime.find_session(msg, principal.name)
-        except StoreUnavailable:
-            await refuse(runtime, conn, closing("store_unavailable"))
+        except StoreUnavailable as exc:
+            await refuse(runtime, conn, of_error(exc))
             return None
         if isinstance(found, Closing):  # refused
             await refuse(runtime, conn, found)
@@ -273,22 +177,6 @@ async def _resume(
     else:
         await refuse_expired(runtime, conn)
     return None
-
-
-async def refuse_start(
-    runtime: Runtime, conn: Connection, exc: TooManySessions | StoreUnavailable
-) -> None:
-    """Refuse a socket whose new session could not start (quotas, the store)."""
-    if isinstance(exc, StoreUnavailable):  # not the store's address: ours to know
-        await refuse(runtime, conn, closing("store_unavailable"))
-    else:
-        await refuse(runtime, conn, of_error(exc, exc.label))
-
-
-async def refuse_expired(runtime: Runtime, conn: Connection) -> None:
-    """Refuse a socket whose session ended before taking it (its TTL ran out, it was
-    stopped) with 4008: an attach always gets an answer, never silence."""
-    await refuse(runtime, conn, closing("session_expired"))
 
 
 async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:

@@ -43,7 +43,7 @@ def silent(url: str, first: float | None) -> Attempt:
         f"{url} did not answer within {wait}",
         retry=True,
         reason=f"no answer in {wait}",
-        label="no_answer",
+        kind="no_answer",
     )
 
 
@@ -89,14 +89,14 @@ class Answer:
                 f"the stream from {self._url} stalled: nothing for {seconds(self._stall or 0)}",
                 retry=True,
                 reason="the stream stalled",
-                label="stalled",
+                kind="stalled",
             ) from exc
         except httpx.TransportError as exc:
             raise Attempt(
                 f"the stream from {self._url} broke: {transport_cause(exc)}",
                 retry=True,
                 reason="the stream broke",
-                label=type(exc).__name__,
+                kind=type(exc).__name__,
             ) from exc
         if chunk:
             self._flowing = True
@@ -187,7 +187,7 @@ class Answer:
             f"{self._url} answered HTTP {self._status} with {what}, not an event stream: {detail}",
             retry=False,
             reason="not an event stream",
-            label="not_a_stream",
+            kind="not_a_stream",
         )
 
 
@@ -205,20 +205,20 @@ async def check(response: httpx.Response, body: Answer, url: str, max_retry_afte
                     retry=False,
                     retryable=True,
                     reason=f"HTTP {status}",
-                    label=f"http_{status}",
+                    kind=f"http_{status}",
                 )
             raise Attempt(
                 f"HTTP {status} from {url}: {message}",
                 retry=True,
                 reason=f"HTTP {status}",
-                label=f"http_{status}",
+                kind=f"http_{status}",
                 delay=asked,
             )
         raise Attempt(
             f"HTTP {status} from {url}: {message}",
             retry=False,
             reason=f"HTTP {status}",
-            label=f"http_{status}",
+            kind=f"http_{status}",
         )
     content_type = response.headers.get("content-type", "")
     if "json" in content_type or content_type.startswith("text/html"):

@@ -39,7 +39,8 @@ class Attempt(ProviderError):
         retry: sending the same request again may work (nothing of the step was sent yet
             is checked by the caller, not here).
         reason: a few words for ``response.retrying`` (``HTTP 429``, ``connection refused``).
-        label: the metrics label (``http_429``, ``ConnectError``...).
+        kind: what failed, for the retries metric (``http_429``, ``ConnectError``...); not
+            ``label``, which names the error's row of the close table (``provider_error``).
         delay: how long the server asked to wait (``Retry-After``), if it did.
         retryable: whether the client may try later (what ``error.retryable`` says);
             ``retry`` by default.
@@ -51,7 +52,7 @@ class Attempt(ProviderError):
         *,
         retry: bool,
         reason: str,
-        label: str,
+        kind: str,
         delay: float | None = None,
         retryable: bool | None = None,
     ) -> None:
@@ -59,7 +60,7 @@ class Attempt(ProviderError):
         self.retry = retry
         self.retryable = retry if retryable is None else retryable
         self.reason = reason
-        self.label = label
+        self.kind = kind
         self.delay = delay
 
     def after(self, attempts: int, secret: str | None) -> ProviderError:

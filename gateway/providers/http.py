@@ -143,7 +143,7 @@ class HttpProvider(abc.ABC):
                 reason=retry.reason,
                 delay=round(delay, 3),
             )
-            self._report_retry(retry.label)
+            self._report_retry(retry.kind)
             yield ModelRetrying(attempt=attempt, delay=delay, reason=retry.reason)
             await asyncio.sleep(delay)
 
@@ -223,14 +223,14 @@ class HttpProvider(abc.ABC):
                         f"{url} {exc}",
                         retry=exc.retryable,
                         reason="the stream failed",
-                        label="stream_error",
+                        kind="stream_error",
                     ) from exc
             if finish is None:
                 raise Attempt(
                     f"{url} ended the stream before its finish (truncated)",
                     retry=True,
                     reason="the stream ended early",
-                    label="truncated",
+                    kind="truncated",
                 )
             await body.drain()
         finally:
@@ -244,7 +244,7 @@ class HttpProvider(abc.ABC):
         else:
             cause = transport_cause(exc)
         return Attempt(
-            f"cannot reach {url}: {cause}", retry=True, reason=cause, label=type(exc).__name__
+            f"cannot reach {url}: {cause}", retry=True, reason=cause, kind=type(exc).__name__
         )
 
     def _report_retry(self, reason: str) -> None:

@@ -392,9 +392,9 @@ class Connection:
         """A write waited ``send_timeout``: the client stopped reading; close with 1013."""
         log.warning("client_not_reading", send_timeout=self._send_timeout, queued=self._queue.size)
         if self._closing is None:
-            code, reason, _ = closing("not_reading")
-            self._closing = (code, reason)
-            self.close_code = code
+            not_reading = closing("not_reading")
+            self._closing = (not_reading.code, not_reading.reason)
+            self.close_code = not_reading.code
             self.close_requested.set()
         self._queue.clear()
         self._replay = None

@@ -1,22 +1,20 @@
 """The runtime every session of a gateway node shares: config, agent, store, the live
-sessions (the registry), and their moves between nodes on a shared store.
+sessions (the registry of their drivers), starting and stopping them.
 
-Below the edges: the socket endpoints and the HTTP routes take it from the app's state and
-call down into it, never the other way.
+Their moves between nodes on a shared store are its collaborator's, the cluster
+(``gateway.shell.cluster``). Below the edges: the socket endpoints and the HTTP routes take
+the runtime from the app's state and call down into it, never the other way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
 import secrets
 import socket
 import time
 from pathlib import Path
 
-import msgspec
 import structlog
 
 from gateway.agent.file import DEMO_AGENT, Agent, load_agent, load_crew
@@ -27,23 +25,22 @@ from gateway.config import Config
 from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.schema_guard import SchemaGuard, SchemaLimits
 from gateway.core.session import AgentProfile, Session, SessionSettings
-from gateway.core.state import decode_items, decode_state
-from gateway.errors import Closing, StoreUnavailable, TooManySessions, closing, of_error
+from gateway.core.state import SessionState
+from gateway.errors import TooManySessions, closing
 from gateway.providers.base import Provider, ReportsRetries
+from gateway.shell.cluster import Cluster, ResumeRefusal, token_hash
 from gateway.shell.connection import Abort, Connection, FrameWriter, Socket
 from gateway.shell.driver import Driver
 from gateway.shell.metrics import Metrics
 from gateway.shell.observe import LogObserver
 from gateway.shell.schema_worker import SchemaWorker
-from gateway.store import Lease, MemoryStore, SessionRecord, Store, store_from_config
-from gateway.wire.v1 import Limits, SessionResume, decode_server
+from gateway.store import Lease, SessionRecord, Store, store_from_config
+from gateway.wire.v1 import Limits, SessionResume
 
 __all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "new_id"]
 
 log = structlog.get_logger("gateway.app")
 
-_RENEW_BATCH = 500
-"""Leases renewed in one pipeline (one round trip to the store)."""
 _READY_TIMEOUT = 1.0
 """Seconds the store has to answer ``/readyz``'s ping."""
 
@@ -51,35 +48,6 @@ _READY_TIMEOUT = 1.0
 def new_id(prefix: str) -> str:
     """A random, unguessable id such as ``call_Xb3...`` (matches ``^[A-Za-z0-9_-]+$``)."""
     return f"{prefix}_{secrets.token_urlsafe(16)}"
-
-
-def _token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-ResumeRefusal = Closing
-"""Why a ``session.resume`` is refused: close code, reason, label for logs."""
-
-
-def _caught_up(session: Session, logged: list[bytes]) -> bool:
-    """Catch ``session`` up with events its log has after its saved state."""
-    try:
-        sent = [decode_server(data) for data in logged]
-    except msgspec.ValidationError:  # DecodeError too: not events this gateway wrote
-        return False
-    return session.catch_up(sent)
-
-
-def _check_owner(record: SessionRecord, msg: SessionResume, principal: str) -> ResumeRefusal | None:
-    """Why ``principal`` may not resume the session of ``record`` with ``msg``, if so."""
-    # Both checks run, so the answer's timing tells nothing about which failed.
-    owner = hmac.compare_digest(record.principal.encode(), principal.encode())
-    token = hmac.compare_digest(record.token_hash, _token_hash(msg.resume_token))
-    if not owner:
-        return closing("not_owner")
-    if not token:
-        return closing("wrong_resume_token")
-    return None
 
 
 class Runtime:
@@ -92,12 +60,8 @@ class Runtime:
         self.agents = load_crew(agent, pace=config.scripted_pace)
         """``agent`` and every agent its sessions may be handed to, by name."""
         self.store: Store = store or store_from_config(config)
-        self.durable = not isinstance(self.store, MemoryStore)
-        """Sessions are saved whole and may move between nodes (a shared store: Redis)."""
         self.node = config.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         """This gateway node's name in leases."""
-        self._adopting: dict[str, asyncio.Future[Driver | ResumeRefusal]] = {}
-        self._background: list[asyncio.Task[None]] = []
         self.drivers: dict[str, Driver] = {}
         self.idle = asyncio.Event()
         """Set while no session is live (tests and shutdown wait on it)."""
@@ -134,6 +98,18 @@ class Runtime:
             max_total=config.max_sessions, max_per_principal=config.max_sessions_per_principal
         )
         """Sessions held, live or waiting for a resume, in total and per principal."""
+        self.cluster = Cluster(
+            self,
+            self.store,
+            node=self.node,
+            lease_ttl=config.lease_ttl,
+            drivers=self.drivers,
+            sessions=self.sessions,
+            metrics=self.metrics,
+        )
+        """This node's part in the moves of sessions between nodes (a shared store)."""
+        self.durable = self.cluster.durable
+        """Sessions are saved whole and may move between nodes (a shared store: Redis)."""
 
     def _count_retries(self, provider: Provider) -> None:
         if isinstance(provider, ReportsRetries):
@@ -253,23 +229,17 @@ class Runtime:
         await self.store.create_session(
             SessionRecord(
                 session_id=session.session_id,
-                token_hash=_token_hash(token),
+                token_hash=token_hash(token),
                 agent=self.agent.name,
                 created_at=time.time(),
                 principal=principal.name,
             )
         )
-        lease = await self._acquire(session.session_id)
+        lease = await self.cluster.acquire(session.session_id)
         if self.closing:  # began while the store was writing: shutdown has its list already
             await self.store.end_session(session.session_id)
             raise _shutting_down()
         return self._drive(session, principal.name, lease)
-
-    async def _acquire(self, session_id: str) -> Lease | None:
-        """The session's lease for this node, with a durable store (taken from any other)."""
-        if not self.durable:
-            return None
-        return await self.store.acquire(session_id, self.node, ttl=self.config.lease_ttl)
 
     def _drive(
         self,
@@ -280,7 +250,7 @@ class Runtime:
         adopted_from: int | None = None,
     ) -> Driver:
         """Run ``session`` here from now on."""
-        self._start_background()
+        self.cluster.start()
         driver = Driver(
             session,
             provider=self.agent.provider,
@@ -301,159 +271,28 @@ class Runtime:
         )
         return driver
 
+    def restore(self, state: SessionState) -> Session:
+        """The session ``state`` is (one taken over from another node), with this node's
+        settings."""
+        return Session.restore(self._settings(ANONYMOUS), state, new_id=new_id)
+
+    def run_adopted(
+        self, session: Session, principal: str, lease: Lease | None, *, seq: int
+    ) -> Driver:
+        """Drive ``session``, taken over from another node at ``seq``, here from now on."""
+        return self._drive(session, principal, lease, adopted_from=seq)
+
     async def find_session(
         self, msg: SessionResume, principal: str = "anonymous"
     ) -> Driver | ResumeRefusal:
-        """The live session a ``session.resume`` by ``principal`` names, or the close code
-        and reason refusing it (only the session's creator may resume it)."""
-        driver = self.drivers.get(msg.session_id)
-        if driver is not None and self.durable and not await self._still_ours(driver):
-            driver = None  # it left this node: take it over again, from the store
-        record = await self.store.get_session(msg.session_id)
-        if record is not None and driver is None and self.durable:
-            refusal = _check_owner(record, msg, principal)
-            if refusal is not None:
-                return refusal
-            return await self._adopt(record)
-        if driver is None or record is None:
-            if await self.store.ended(msg.session_id):
-                return closing("session_expired")
-            return closing("unknown_session")
-        return _check_owner(record, msg, principal) or driver
-
-    async def _still_ours(self, driver: Driver) -> bool:
-        """Whether this node still drives ``driver``'s session. Asked of the store before a
-        resume attaches here: a lease renewal late on a busy node must not let a client
-        resume a copy another node has moved on from."""
-        if driver.moved:
-            return False
-        if driver.lease is None:
-            return True
-        if await self.store.renew(driver.session_id, driver.lease, ttl=self.config.lease_ttl):
-            return True
-        driver.let_go()
-        return False
-
-    async def _adopt(self, record: SessionRecord) -> Driver | ResumeRefusal:
-        """Take a session over from the store: another node drove it (it died, it is
-        shutting down, or the client simply reconnected elsewhere)."""
-        session_id = record.session_id
-        adopting = self._adopting.get(session_id)
-        if adopting is not None:  # two resumes at once on this node: one adoption
-            return await asyncio.shield(adopting)
-        future: asyncio.Future[Driver | ResumeRefusal] = asyncio.get_running_loop().create_future()
-        self._adopting[session_id] = future
-        try:
-            found = await self._take_over(record)
-            future.set_result(found)
-            return found
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: a lone adoption need not be awaited twice
-            raise
-        finally:
-            del self._adopting[session_id]
-
-    async def _take_over(self, record: SessionRecord) -> Driver | ResumeRefusal:
-        expired = closing("session_expired")
-        if self.closing:
-            return closing("shutting_down")
-        try:
-            self.sessions.reserve(record.principal)
-        except TooManySessions as exc:
-            return of_error(exc, exc.label)
-        try:
-            lease = await self._acquire(record.session_id)  # first: no write of theirs after
-            data = await self.store.load_state(record.session_id)
-            if data is None:  # never started, or ended meanwhile
-                if lease is not None:
-                    await self.store.release(record.session_id, lease)
-                self.sessions.release(record.principal)
-                return expired
-            state = decode_state(data)
-            state.history = decode_items(await self.store.load_history(record.session_id))
-            session = Session.restore(self._settings(ANONYMOUS), state, new_id=new_id)
-            # The text a stream sent since the state was last saved is in the log.
-            tail = await self.store.events_after(record.session_id, state.seq)
-        except BaseException:
-            self.sessions.release(record.principal)
-            raise
-        if tail is None or (tail and not _caught_up(session, tail)):
-            if lease is not None and not await self._holds(record.session_id, lease):
-                # Another node took the session over while this one read it, and moved on
-                # (its acks trimmed the log): the client resumes where it is now.
-                self.sessions.release(record.principal)
-                return closing("session_moved")
-            # Never, by the driver's rule (the log is not trimmed past the state saved):
-            # were it so, the session would go on from an older point than its client's.
-            log.error(
-                "session_log_not_caught_up",
-                session_id=record.session_id,
-                saved_seq=state.seq,
-                caught_up_to=session.last_seq,
-                gap=tail is None,
-            )
-        session.adopt(time.time())
-        log.info("session_adopted", session_id=record.session_id, seq=state.seq)
-        self.metrics.note_adoption()
-        return self._drive(session, record.principal, lease, adopted_from=state.seq)
-
-    async def _holds(self, session_id: str, lease: Lease) -> bool:
-        """Whether ``lease`` is still the session's (renewed if so); ``False`` too when
-        the store does not answer (the lease will not be renewed either)."""
-        try:
-            return await self.store.renew(session_id, lease, ttl=self.config.lease_ttl)
-        except StoreUnavailable:
-            return False
-
-    def _start_background(self) -> None:
-        """With a durable store: renew this node's leases, listen for posts to its
-        sessions. Started with the first session (it needs the running loop)."""
-        if self.durable and not self._background:
-            self._background = [
-                asyncio.create_task(self._renew_leases(), name="gateway:leases"),
-                asyncio.create_task(self._listen(), name="gateway:listen"),
-            ]
-
-    async def _renew_leases(self) -> None:
-        """Renew the lease of every session driven here, every third of ``lease_ttl``, in
-        pipelines of ``_RENEW_BATCH``; a session whose lease another node took is let go."""
-        while True:
-            await asyncio.sleep(self.config.lease_ttl / 3)
-            await self.renew_leases()
+        """The live session a ``session.resume`` by ``principal`` names, taken over from
+        another node if need be, or the close code and reason refusing it (only the
+        session's creator may resume it)."""
+        return await self.cluster.find_session(msg, principal)
 
     async def renew_leases(self) -> None:
-        """One pass of the renewals: every lease of this node, in pipelines of
-        ``_RENEW_BATCH``; a session whose lease another node took is let go."""
-        ttl = self.config.lease_ttl
-        drivers = [d for d in self.drivers.values() if d.lease is not None and not d.moved]
-        for start in range(0, len(drivers), _RENEW_BATCH):
-            batch = [(d, d.lease) for d in drivers[start : start + _RENEW_BATCH] if d.lease]
-            try:
-                renewed = await self.store.renew_many(
-                    [(d.session_id, lease) for d, lease in batch], ttl=ttl
-                )
-            except StoreUnavailable as exc:
-                log.warning("leases_not_renewed", sessions=len(batch), error=str(exc))
-                continue
-            for (driver, _), held in zip(batch, renewed, strict=True):
-                if not held:
-                    driver.let_go()
-
-    async def _listen(self) -> None:
-        """Wake the sessions driven here when something is posted for them."""
-        while True:
-            try:
-                async with self.store.listen(self.node, self._wake):
-                    await asyncio.Future()  # until cancelled, or the listener fails
-            except StoreUnavailable as exc:
-                log.warning("store_listen_failed", error=str(exc))
-                await asyncio.sleep(1.0)
-
-    def _wake(self, session_id: str) -> None:
-        driver = self.drivers.get(session_id)
-        if driver is not None:
-            driver.take_posts()
+        """One pass of the renewals: every lease of this node (see ``Cluster``)."""
+        await self.cluster.renew_leases()
 
     async def start(self) -> None:
         """Connect the agent's tool backends (MCP servers, OpenAPI documents), before the
@@ -476,11 +315,10 @@ class Runtime:
         """Stop this node's background work, close the store and the tool backends (after
         ``shutdown``, which leaves no session; without it, the sessions left are cancelled
         first, so that none uses the store or a tool once they are closed)."""
-        runs = [*self._runs.values(), *self._background]
+        runs = list(self._runs.values())
         for task in runs:
             task.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
-        self._background = []
+        await asyncio.gather(*runs, self.cluster.aclose(), return_exceptions=True)
         await self.store.aclose()
         for agent in self.agents.values():
             await agent.aclose()
@@ -545,8 +383,7 @@ class Runtime:
 
 
 def _shutting_down() -> TooManySessions:
-    code, reason, label = closing("shutting_down")
-    return TooManySessions(reason, close_code=code, label=label)
+    return TooManySessions(label="shutting_down")
 
 
 def agent_from_config(config: Config) -> Agent:
