@@ -4,7 +4,8 @@ Part of the pure session core. The Dispatcher turns the model's tool requests
 into ``Call`` records, sends client functions to the client in one batch, asks
 the driver to run server tools, and settles each call exactly once, whoever
 answers and whenever. An async call that settles becomes a ``Completion``, which
-the session delivers to the model as context.
+the session delivers to the model as context. Whether a call may run, and whether
+an outcome may settle it, ``call_check`` decides; the Dispatcher acts on it.
 """
 
 from __future__ import annotations
@@ -16,16 +17,24 @@ from typing import Any
 import msgspec
 
 from gateway.core.call import Call, CallState, Ledger
-from gateway.core.confirm import Approve, ConfirmRule, Deny, decide, prompt_for
+from gateway.core.call_check import (
+    Refused,
+    before_run,
+    echo_mismatch,
+    output_problem,
+    oversize,
+    too_large,
+)
+from gateway.core.confirm import ConfirmRule, prompt_for
 from gateway.core.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
 from gateway.core.inbound import ToolConfirmation, ToolResult, ToolRun
 from gateway.core.model import ModelToolCall
 from gateway.core.outbound import ClientCall, ConfirmItem, ToolCalls, ToolConfirm, ToolStatus
 from gateway.core.outbox import Outbox
-from gateway.core.principal import ANONYMOUS, Principal
+from gateway.core.settings import SessionSettings
 from gateway.core.tool import ToolEntry, ToolRegistry, default_display_name
 from gateway.core.transcript import PENDING, ToolOutcome, completion_note
-from gateway.core.widget import answer_problem, render
+from gateway.core.widget import render
 
 __all__ = ["Completion", "Dispatcher", "client_call"]
 
@@ -46,33 +55,39 @@ class Completion:
 
 
 class Dispatcher:
-    """Runs the lifecycle of every tool call of one session."""
+    """Runs the lifecycle of every tool call of one session.
+
+    Args:
+        outbox: where events about calls and the effects that run them go.
+        settings: the session's (its agent's, then another's after a transfer: ``tools``,
+            ``confirm_rules`` and ``agent`` change then): whom calls run for, the limits.
+        tools: the tools calls run with (the agent's and the client's own functions).
+        new_id: makes the ids of calls.
+        ledger: the calls of a session restored from its state; ``None``: none yet.
+    """
 
     def __init__(
         self,
         outbox: Outbox,
+        settings: SessionSettings,
         *,
         tools: ToolRegistry,
         new_id: Callable[[str], str],
-        client_call_timeout: float,
-        server_tool_timeout: float,
-        max_result_size: int | None = None,
-        principal: Principal = ANONYMOUS,
-        confirm_rules: Mapping[str, ConfirmRule] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.tools = tools
-        self.confirm_rules = confirm_rules or {}
+        self.confirm_rules: Mapping[str, ConfirmRule] = settings.confirm_rules
         """The rules ``confirm_rule`` names (``gateway.core.confirm``), by reference."""
-        self.agent = ""
+        self.agent = settings.agent
         """The agent whose server tools run (after a transfer, not the gateway's own)."""
-        self._principal = principal
+        self._principal = settings.principal
         """Whom the calls run for: the scopes a tool requires are checked against theirs."""
-        self.ledger = Ledger()
+        self.ledger = ledger if ledger is not None else Ledger()
         self._out = outbox
         self._new_id = new_id
-        self._client_call_timeout = client_call_timeout
-        self._server_tool_timeout = server_tool_timeout
-        self._max_result_size = max_result_size
+        self._client_call_timeout = settings.limits.client_call_timeout
+        self._server_tool_timeout = settings.server_tool_timeout
+        self._max_result_size = settings.limits.max_tool_result_size
         """Bytes of JSON an output or error may have; a bigger one fails its call unstored."""
 
     # ----------------------------------------------------------------- dispatch
@@ -143,39 +158,15 @@ class Dispatcher:
 
     def _dispatch(self, call: Call, now: float) -> ClientCall | ConfirmItem | None:
         entry = self.tools.get(call.tool)
-        if entry is None:
-            self._settle(call, CallState.FAILED, error=f"unknown tool {call.tool!r}")
+        verdict = before_run(entry, call, self._principal, self.confirm_rules)
+        if isinstance(verdict, Refused):
+            self._settle(call, CallState.FAILED, error=verdict.error, code=verdict.code)
             return None
-        if missing := [s for s in entry.definition.scopes if s not in self._principal.scopes]:
-            who = self._principal.user_id or self._principal.name
-            error = (
-                f"forbidden: tool {call.tool!r} needs the scope {missing[0]!r},"
-                f" which {who!r} does not have"
-            )
-            self._settle(call, CallState.FAILED, error=error, code="forbidden")
-            return None
-        problem = entry.input_validator.problem(call.args)
-        if problem:
-            self._settle(call, CallState.FAILED, error=f"invalid arguments: {problem}")
-            return None
-        definition = entry.definition
-        if definition.confirm:
-            rule = self.confirm_rules.get(definition.confirm_rule or "")
-            decision = decide(rule, call.tool, call.args, self._principal)
-            if isinstance(decision, Deny):
-                error = f"declined: {decision.reason}"
-                self._settle(call, CallState.FAILED, error=error, code="declined")
-                return None
-            if isinstance(decision, Approve) and decision.args is not None:
-                if problem := entry.input_validator.problem(decision.args):
-                    error = f"invalid arguments from the confirmation rule: {problem}"
-                    self._settle(call, CallState.FAILED, error=error)
-                    return None
-                call.args = decision.args
-            if decision is None:  # the user decides
-                call.confirming = True
-                call.deadline = now + self._client_call_timeout
-                return self._confirm_item(call, now)
+        call.args = verdict.args
+        if verdict.ask:  # the user decides
+            call.confirming = True
+            call.deadline = now + self._client_call_timeout
+            return self._confirm_item(call, now)
         return self._proceed(call, now)
 
     def _proceed(self, call: Call, now: float) -> ClientCall | None:
@@ -217,7 +208,8 @@ class Dispatcher:
             self._unknown_call("call waiting for confirmation", msg.call_id, msg.id)
             return
         entry = self.tools.get(call.tool)
-        if not call.confirming or entry is None:
+        # A call cancelled while it waited (its response was) is still marked confirming.
+        if call.settled or not call.confirming or entry is None:
             self._out.send(_status(call, duplicate=True))  # decided already: once only
             return
         if not msg.approved:
@@ -302,7 +294,7 @@ class Dispatcher:
         if call is None or call.kind != "client":
             self._unknown_call("client-function call", result.call_id, msg_id)
             return
-        mismatch = _echo_mismatch(result, call)
+        mismatch = echo_mismatch(result, call)
         if mismatch:
             self._out.error("invalid_result", mismatch, in_reply_to=msg_id, call_id=call.call_id)
             return
@@ -319,21 +311,21 @@ class Dispatcher:
             )
             return
         value = result.error if isinstance(result.error, str) else result.output
-        if size := self._oversize(value):
+        limit = self._max_result_size
+        if size := oversize(value, limit):
             # Refused whole: neither the ledger nor the transcript ever holds it.
             self._out.error(
                 "invalid_result",
-                f"the result has {size} bytes of JSON; the limit (max_tool_result_size)"
-                f" is {self._max_result_size}",
+                f"the result has {size} bytes of JSON; the limit (max_tool_result_size) is {limit}",
                 in_reply_to=msg_id,
                 call_id=call.call_id,
             )
-            self._settle(call, CallState.FAILED, error=self._too_large_reason("result", size))
+            self._settle(call, CallState.FAILED, error=too_large("result", size, limit))
             return
         if isinstance(result.error, str):
             self._settle(call, CallState.FAILED, error=result.error)
             return
-        problem = self._output_problem(call, result.output)
+        problem = output_problem(self.tools.get(call.tool), call, result.output)
         if problem:
             self._out.error("invalid_result", problem, in_reply_to=msg_id, call_id=call.call_id)
             self._settle(call, CallState.FAILED, error=problem)
@@ -345,11 +337,12 @@ class Dispatcher:
         call = self.ledger.get(event.call_id)
         if call is None or call.settled:
             return None  # finished after a cancel or a timeout: already settled
-        if size := self._oversize(event.error if event.error is not None else event.output):
-            self._settle(call, CallState.FAILED, error=self._too_large_reason("output", size))
+        limit = self._max_result_size
+        if size := oversize(event.error if event.error is not None else event.output, limit):
+            self._settle(call, CallState.FAILED, error=too_large("output", size, limit))
         elif event.error is not None:
             self._settle(call, CallState.FAILED, error=event.error, code=event.code)
-        elif problem := self._output_problem(call, event.output):
+        elif problem := output_problem(self.tools.get(call.tool), call, event.output):
             self._settle(call, CallState.FAILED, error=problem)
         else:
             self._settle(call, CallState.COMPLETED, output=event.output)
@@ -433,32 +426,6 @@ class Dispatcher:
             call_id=call_id[:128],
         )
 
-    def _oversize(self, value: Any) -> int | None:
-        """The bytes of JSON of ``value`` (an output, or an error's text) when over the cap."""
-        limit = self._max_result_size
-        if limit is None:
-            return None
-        try:
-            size = len(msgspec.json.encode(value))
-        except (TypeError, msgspec.EncodeError):
-            return None  # not JSON: the provider reports it; its size is not ours to judge
-        return size if size > limit else None
-
-    def _too_large_reason(self, what: str, size: int) -> str:
-        """The short error the model and the ``tool.status`` get for an oversized value."""
-        return f"{what} too large: {size} bytes of JSON, the limit is {self._max_result_size}"
-
-    def _output_problem(self, call: Call, output: Any) -> str | None:
-        entry = self.tools.get(call.tool)
-        if entry is None or entry.output_validator is None:
-            return None
-        problem = entry.output_validator.problem(output)
-        if problem:
-            return f"result does not match the output schema: {problem}"
-        if call.widget is not None:
-            return answer_problem(call.widget, output)
-        return None
-
     def _settle(
         self,
         call: Call,
@@ -508,15 +475,3 @@ def _status(call: Call, *, duplicate: bool = False) -> ToolStatus:
     if call.kind == "server" and call.state is CallState.COMPLETED:
         status.result = call.output
     return status
-
-
-def _echo_mismatch(result: ToolResult, call: Call) -> str | None:
-    """Say how a result's echo of ``tool``/``display_name`` differs from its call."""
-    if result.tool != call.tool:
-        return f"result names tool {result.tool[:64]!r} but call {call.call_id} is {call.tool!r}"
-    if result.display_name is not None and result.display_name != call.display_name:
-        return (
-            f"result names display_name {result.display_name[:64]!r} but call {call.call_id}"
-            f" has {call.display_name!r}"
-        )
-    return None

@@ -6,11 +6,10 @@ user messages that arrive meanwhile wait in a queue, and the outcomes of async c
 as notes for the next step (or start a response of their own). ``dispatch`` owns the tool
 calls.
 
-``Responses`` is the base of ``Session`` (``gateway.core.session``), which adds the
-session's lifecycle, takes its events (``receive``) and saves and restores it as a value;
-it is not used on its own. A base class rather than a member: every text delta of every
-answer goes through here (``Session.model_text``, then ``_on_text``), and reaching a
-member would cost each delta one more lookup.
+``Responses`` is a collaborator of ``Session`` (``gateway.core.session``), which takes the
+session's events and hands it those about responses. Both hold the same ``SessionState``
+(the running response, the queue, the notes are fields of it) and change it in place.
+Every text delta of every answer comes through ``on_text``: the session binds it once.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from gateway.core.dispatch import Completion, Dispatcher
 from gateway.core.event import CallModel, CancelModel, ModelFailed
 from gateway.core.history import History
-from gateway.core.inbound import ResponseStatus, UserMessage
+from gateway.core.inbound import ResponseStatus, ResponseTruncate, UserMessage
 from gateway.core.model import (
     ModelEvent,
     ModelFinish,
@@ -34,6 +33,7 @@ from gateway.core.outbound import (
     ResponseCreated,
     ResponseDone,
     ResponseRetrying,
+    ResponseTruncated,
     SessionEnded,
     TextDelta,
     TextDone,
@@ -41,102 +41,89 @@ from gateway.core.outbound import (
 )
 from gateway.core.outbox import Outbox
 from gateway.core.segments import DEFAULT_FIRST_MIN_CHARS, Segmenter
-from gateway.core.settings import SessionSettings
-from gateway.core.state import PendingNote, Phase, ResponseState
+from gateway.core.state import PendingNote, Phase, ResponseState, SessionState
+from gateway.core.terms import Terms
 from gateway.core.tool_choice import refusal, step_choice
-from gateway.core.toolset import Toolset
 from gateway.core.transcript import CANCELLED, AssistantTurn, ContextNote, RequestedCall, UserTurn
 
 __all__ = ["Responses", "seen_text"]
 
 
 class Responses:
-    """The responses of one session; see the module docstring."""
+    """The responses of one session; see the module docstring.
 
-    def __init__(self, settings: SessionSettings, *, new_id: Callable[[str], str]) -> None:
-        self._toolset = Toolset(settings, [])
-        """The agent's tools (another agent's after a transfer) and the client's own."""
-        self._instructions = settings.instructions
+    Args:
+        state: the session's state (its response, queue, notes and defaults).
+        terms: what the session runs under (the agent whose model answers, the limits).
+        calls: the dispatcher of the session's tool calls.
+        history: the transcript the model gets.
+        outbox: where events and effects go.
+        new_id: makes the ids of responses and steps.
+    """
+
+    def __init__(
+        self,
+        state: SessionState,
+        *,
+        terms: Terms,
+        calls: Dispatcher,
+        history: History,
+        outbox: Outbox,
+        new_id: Callable[[str], str],
+    ) -> None:
+        self._state = state
+        self._terms = terms
+        self._calls = calls
+        self._history = history
+        self._out = outbox
         self._new_id = new_id
-        self._phase = Phase.NEW
-        self._out = Outbox()
-        self._calls = Dispatcher(
-            self._out,
-            tools=settings.tools,
-            new_id=new_id,
-            client_call_timeout=settings.limits.client_call_timeout,
-            server_tool_timeout=settings.server_tool_timeout,
-            max_result_size=settings.limits.max_tool_result_size,
-            principal=settings.principal,
-            confirm_rules=settings.confirm_rules,
-        )
-        self._calls.agent = settings.agent
-        self._history = History(settings.max_history_chars)
-        self._notes: list[PendingNote] = []
-        self._queue: list[UserMessage] = []  # a few (max_queued_messages); a deque is 760 B
-        self._response: ResponseState | None = None
-        self._tool_choice = "auto"
-        """The session's default ``tool_choice`` (``session.start``/``session.update``)."""
-        self._max_steps: int | None = None
-        """The session's default ``max_steps``; ``None``: the gateway's limit."""
-        self._tool_mode = "auto"
-        """The session's default tool mode: ``manual`` sends every tool call to the client."""
-        self._ending: str | None = None
-        """Why the agent ends the session (its ``end_session`` tool completed): it ends
-        once the running response is done."""
-        self._latest: str | None = None
-        """The id of the latest response, the only one ``response.truncate`` may cut."""
-        self._segments = False
-        """Voice: the answers' text goes out in ``text.segment`` events too."""
         self._segmenter: Segmenter | None = None
         """Cuts the running response's text into segments; made again after a restore
         (``_segmenter_for``)."""
-        self._now = 0.0
-
-    @property
-    def _settings(self) -> SessionSettings:
-        """The settings of the agent the session is with (another after a transfer)."""
-        return self._toolset.settings
 
     # ----------------------------------------------------------------- responses
 
-    def _start_response(self, msg: UserMessage) -> None:
+    def start(self, msg: UserMessage) -> None:
+        """Start the response to ``msg`` (none runs now)."""
         self._history.begin_turn()
         # Context that arrived before the user spoke goes before their words.
         self._flush_notes()
         self._history.append(UserTurn(text=msg.text))
-        self._response = ResponseState(
+        state = self._state
+        response = state.response = ResponseState(
             response_id=self._new_id("resp"),
-            tool_choice=msg.tool_choice or self._tool_choice,
+            tool_choice=msg.tool_choice or state.tool_choice,
             tools=msg.tools,
-            max_steps=msg.max_steps or self._max_steps,
-            tool_mode=msg.tool_mode or self._tool_mode,
-            voice=self._segments,
+            max_steps=msg.max_steps or state.max_steps,
+            tool_mode=msg.tool_mode or state.tool_mode,
+            voice=state.segments,
             in_reply_to=msg.id,
         )
-        self._latest = self._response.response_id
-        self._out.send(ResponseCreated(response_id=self._response.response_id, in_reply_to=msg.id))
-        self._start_step(self._response)
+        state.latest_response = response.response_id
+        self._out.send(ResponseCreated(response_id=response.response_id, in_reply_to=msg.id))
+        self._start_step(response)
 
     def _start_completion_response(self, call_id: str) -> None:
         """A response nobody asked for: the model tells the user an async result."""
         self._history.begin_turn()
-        self._response = ResponseState(
+        state = self._state
+        response = state.response = ResponseState(
             response_id=self._new_id("resp"),
-            tool_choice=self._tool_choice,
-            max_steps=self._max_steps,
-            tool_mode=self._tool_mode,
-            voice=self._segments,
+            tool_choice=state.tool_choice,
+            max_steps=state.max_steps,
+            tool_mode=state.tool_mode,
+            voice=state.segments,
         )
-        self._latest = self._response.response_id
-        self._out.send(ResponseCreated(response_id=self._response.response_id, call_id=call_id))
-        self._start_step(self._response)
+        state.latest_response = response.response_id
+        self._out.send(ResponseCreated(response_id=response.response_id, call_id=call_id))
+        self._start_step(response)
 
-    def _start_next(self) -> None:
+    def start_next(self) -> None:
         """After a response: the next queued message, else announced async results."""
-        if self._queue:
-            self._start_response(self._queue.pop(0))
-        elif announced := [n for n in self._notes if n.announce]:
+        state = self._state
+        if state.queue:
+            self.start(state.queue.pop(0))
+        elif announced := [n for n in state.notes if n.announce]:
             self._start_completion_response(announced[0].note.call_id or "")
 
     def _start_step(self, response: ResponseState, *, again: bool = False) -> None:
@@ -162,7 +149,7 @@ class Responses:
             if narrowed is None or d.name in narrowed
         )
         request = ModelRequest(
-            instructions=self._instructions,
+            instructions=self._state.instructions,
             items=self._history.items,
             tools=tools,
             tool_choice=step_choice(
@@ -172,11 +159,21 @@ class Responses:
             ),
         )
         self._out.do(
-            CallModel(response.step_id, response.response_id, request, self._settings.agent)
+            CallModel(response.step_id, response.response_id, request, self._terms.settings.agent)
         )
 
+    def run_step_again(self, response: ResponseState) -> None:
+        """The step ``response`` was streaming on a node that stopped runs again here, and
+        what the client has of its text is not sent twice (``Session.adopt``)."""
+        assert response.step_id is not None
+        self._out.do(CancelModel(response.step_id))  # in case it still runs here
+        self._segmenter = None  # made again from what the client has
+        response.unconfirmed = seen_text(response)
+        self._start_step(response, again=True)
+
     def _end_response(self, status: ResponseStatus, *, start_next: bool = True) -> None:
-        response = self._response
+        state = self._state
+        response = state.response
         assert response is not None
         self._out.send(
             ResponseDone(
@@ -186,25 +183,27 @@ class Responses:
                 usage=response.usage,
             )
         )
-        self._response = None
+        state.response = None
         self._segmenter = None
-        if self._ending is not None:  # the agent said goodbye in this response
-            self._out.send(SessionEnded(reason=self._ending))
-            self._shut_down()
+        if state.ending is not None:  # the agent said goodbye in this response
+            self._out.send(SessionEnded(reason=state.ending))
+            self.shut_down()
             return
         if start_next:
-            self._start_next()
+            self.start_next()
 
-    def _shut_down(self) -> None:
-        response = self._response
+    def shut_down(self) -> None:
+        """The session is over: stop what runs, drop what waits."""
+        state = self._state
+        response = state.response
         if response is not None and response.step_id is not None:
             self._out.do(CancelModel(response.step_id))
         self._calls.drop_all()
-        self._response = None
-        self._queue.clear()
-        self._phase = Phase.CLOSED
+        state.response = None
+        state.queue.clear()
+        state.phase = Phase.CLOSED
 
-    def _cancel_response(
+    def cancel(
         self,
         response_id: str | None,
         *,
@@ -212,7 +211,9 @@ class Responses:
         reason: str = CANCELLED,
         start_next: bool = True,
     ) -> None:
-        response = self._response
+        """Stop the running response (``response_id``, or whichever runs: ``None``) and
+        end it with ``status``; its blocking calls are cancelled for ``reason``."""
+        response = self._state.response
         # A cancel racing the end of its response is not an error: nothing to stop.
         if response is None or response_id not in (None, response.response_id):
             return
@@ -228,40 +229,67 @@ class Responses:
         self._record_outcomes(response)
         self._end_response(status, start_next=start_next)
 
-    def _deliver(self, completion: Completion) -> None:
+    def truncate(self, msg: ResponseTruncate) -> None:
+        """Keep in the history only the part of the latest response the user heard; a
+        response still running stops first (the user spoke over it)."""
+        state = self._state
+        if msg.response_id != state.latest_response:
+            self._out.error(
+                "invalid_message",
+                f"response {msg.response_id[:64]!r} is not the latest one: only it can be"
+                " truncated",
+                in_reply_to=msg.id,
+            )
+            return
+        running = state.response is not None
+        if running:
+            self.cancel(msg.response_id, start_next=False)
+        self._history.truncate_last_turn(msg.heard_chars)
+        self._out.send(
+            ResponseTruncated(
+                response_id=msg.response_id, heard_chars=msg.heard_chars, in_reply_to=msg.id
+            )
+        )
+        if running and state.response is None:
+            self.start_next()
+
+    def deliver(self, completion: Completion) -> None:
         """Give an async call's outcome to the model, as its ``delivery`` says."""
         call = completion.call
         note = ContextNote(text=completion.note, call_id=call.call_id)
         call.slim()  # the note has the outcome now
-        self._notes.append(PendingNote(note=note, announce=call.delivery != "silent"))
+        self._state.notes.append(PendingNote(note=note, announce=call.delivery != "silent"))
         if call.delivery == "silent":
             return
-        if call.delivery == "interrupt" and self._response is not None:
-            self._cancel_response(None, start_next=False)
-        if self._response is None:
+        if call.delivery == "interrupt" and self._state.response is not None:
+            self.cancel(None, start_next=False)
+        if self._state.response is None:
             self._start_completion_response(call.call_id)
         # when_idle with a response running: the note joins its next model step.
 
     def _flush_notes(self) -> None:
-        self._history.extend([pending.note for pending in self._notes])
-        self._notes.clear()
+        notes = self._state.notes
+        self._history.extend([pending.note for pending in notes])
+        notes.clear()
 
     # ----------------------------------------------------------------- model
 
-    def _on_model_event(self, step_id: str, event: ModelEvent) -> None:
-        response = self._response
+    def on_model_event(self, step_id: str, event: ModelEvent, now: float) -> None:
+        """Apply the output of model step ``step_id`` (dropped unless it is the running
+        response's step)."""
+        response = self._state.response
         if response is None or response.step_id != step_id:
             return  # output of a cancelled step: dropped, never sent
         match event:
             case ModelText(text=text) if text:
-                self._on_text(response, text)
+                self.on_text(response, text)
             case ModelToolCall():
                 response.requested.append(event)
             case ModelFinish(usage=usage):
                 if usage is not None:
                     response.usage.input_tokens += usage.input_tokens
                     response.usage.output_tokens += usage.output_tokens
-                self._finish_step(response)
+                self._finish_step(response, now)
             case ModelRetrying(attempt=attempt, delay=delay, reason=reason):
                 self._out.send(
                     ResponseRetrying(
@@ -272,7 +300,8 @@ class Responses:
                     )
                 )
 
-    def _on_text(self, response: ResponseState, text: str) -> None:
+    def on_text(self, response: ResponseState, text: str) -> None:
+        """A text delta (not empty) of ``response``'s streaming step."""
         segmenter = self._segmenter_for(response) if response.voice else None
         unsent = self._confirm(response, text) if response.unconfirmed else text
         if unsent is None:
@@ -313,11 +342,11 @@ class Responses:
             self._send_segments(response, [rest])
         self._out.send(TextDone(response_id=response.response_id, text=text))
 
-    def _fail_running(self, message: str) -> None:
+    def fail_running(self, message: str) -> None:
         """End the response running now, if any, saying why (``internal``, naming it and
         the message it answers): the core failed in the middle of it. Whatever the core
         raised, every ``response.created`` gets its ``response.done``, once."""
-        response = self._response
+        response = self._state.response
         if response is None:
             return
         self._out.error(
@@ -327,10 +356,11 @@ class Responses:
             response_id=response.response_id,
         )
         status: ResponseStatus = "incomplete" if seen_text(response) else "failed"
-        self._cancel_response(response.response_id, status=status, reason=message)
+        self.cancel(response.response_id, status=status, reason=message)
 
-    def _on_model_failed(self, event: ModelFailed) -> None:
-        response = self._response
+    def on_model_failed(self, event: ModelFailed) -> None:
+        """Model step ``event.step_id`` failed: its response ends, saying why."""
+        response = self._state.response
         if response is None or response.step_id != event.step_id:
             return
         seen = seen_text(response)
@@ -374,13 +404,13 @@ class Responses:
         )
         self._end_response("incomplete")
 
-    def _finish_step(self, response: ResponseState) -> None:
+    def _finish_step(self, response: ResponseState, now: float) -> None:
         if response.unconfirmed:  # the new attempt said less than the client has
             self._interrupted(response)
             return
         text = "".join(response.text)
         response.step_id = None
-        max_steps = response.max_steps or self._settings.limits.max_steps
+        max_steps = response.max_steps or self._terms.settings.limits.max_steps
         if response.requested and response.steps >= max_steps:
             # No step is left to use their results, so the calls are not run at all.
             self._history.append(AssistantTurn(text=text))
@@ -402,7 +432,7 @@ class Responses:
         response.calls = self._calls.start(
             response.requested,
             response_id=response.response_id,
-            now=self._now,
+            now=now,
             refuse=lambda tool: refusal(tool, response.tool_choice, response.tools),
             manual=response.tool_mode == "manual",
         )
@@ -415,10 +445,11 @@ class Responses:
                 ),
             )
         )
-        self._advance_if_step_settled()
+        self.advance_if_step_settled()
 
-    def _advance_if_step_settled(self) -> None:
-        response = self._response
+    def advance_if_step_settled(self) -> None:
+        """The running response's next step starts once no call of its last one blocks."""
+        response = self._state.response
         if response is None or response.step_id is not None or not response.calls:
             return
         if not any(call.blocking for call in response.calls):

@@ -5,12 +5,14 @@ It never awaits, reads a clock or touches a socket. The driver feeds it events
 executes the effects it returns (send a message, call the model, run a tool).
 Bad peer input never raises out of ``receive``: it becomes an ``error`` event.
 
-This module owns sessions: their lifecycle (start, update, hand-over to another agent,
-end), their events (``receive``) and the session as a value (``state``, ``restore``,
-``catch_up``). ``conversation`` owns the responses (turns, model steps, cancellation,
-delivery of async results), ``toolset`` the tools a session offers and ``dispatch`` the
-tool calls. ``SessionSettings`` and ``AgentProfile`` (``session_settings``) are imported
-from here too.
+This module owns sessions: their lifecycle (start, update, end), their events
+(``receive``) and the session as a value (``state``, ``restore``, ``catch_up``). A session
+*is* its ``SessionState``: it holds that one value and changes it in place, and so do
+the collaborators it hands events to: ``terms`` (what the session runs under: the agent
+and the hand-over to another, the tools, instructions and defaults, the agent's end of
+it), ``intake`` (which user messages it takes), ``responses`` (turns, model steps,
+cancellation, delivery of async results) and ``dispatch`` (the tool calls).
+``SessionSettings`` and ``AgentProfile`` (``settings``) are imported from here too.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gateway.core.call import Call, CallState, Ledger
+import msgspec
+
+from gateway.core.call import Call, Ledger
+from gateway.core.dispatch import Dispatcher
 from gateway.core.event import (
-    CancelModel,
     Disconnected,
     Effect,
     Event,
@@ -45,17 +49,15 @@ from gateway.core.inbound import (
     ToolConfirmation,
     ToolResults,
     ToolRun,
-    ToolSpec,
     UserMessage,
 )
+from gateway.core.intake import Intake
 from gateway.core.outbound import (
     PROTOCOL_VERSION,
-    AgentTransferred,
     ClientCall,
     ConfirmItem,
     Error,
     Pong,
-    ResponseTruncated,
     ServerMsg,
     SessionCreated,
     SessionSnapshot,
@@ -63,21 +65,21 @@ from gateway.core.outbound import (
     TextDelta,
     TranscriptEntry,
 )
+from gateway.core.outbox import Outbox
 from gateway.core.principal import Principal
 from gateway.core.responses import Responses, seen_text
 from gateway.core.settings import AgentProfile, SessionSettings
-from gateway.core.state import Phase, SessionState
+from gateway.core.state import Phase, SessionState, new_state
+from gateway.core.terms import Terms
 from gateway.core.tool import ToolRegistry
-from gateway.core.toolset import Refusal, tool_infos
+from gateway.core.toolset import Toolset, tool_infos
 from gateway.core.transcript import AssistantTurn, Item, UserTurn
 from gateway.errors import ConfigError
 
 __all__ = ["AgentProfile", "Session", "SessionSettings"]
 
-_REMEMBERED_MESSAGE_IDS = 1_000
 
-
-class Session(Responses):
+class Session:
     """One conversation's protocol state. See the module docstring."""
 
     def __init__(
@@ -88,17 +90,14 @@ class Session(Responses):
         resume_token: str,
         new_id: Callable[[str], str],
     ) -> None:
-        super().__init__(settings, new_id=new_id)
-        self.session_id = session_id
-        self._resume_token = resume_token
-        self.metadata: dict[str, Any] = {}
-        """What the client sent in ``session.start``; kept for the application."""
-        self._client_instructions: str | None = None
-        """What the client added to the agent's instructions (kept across transfers)."""
-        self._message_ids: dict[str, None] = {}
-        """Ids of recent user messages, oldest first (a dict keeps insertion order)."""
-        self.time_zone: str | None = None
-        """The user's time zone, from ``session.start`` (for tools that tell the time)."""
+        state = new_state(
+            session_id=session_id,
+            principal=settings.principal,
+            instructions=settings.instructions,
+            agent=settings.agent,
+        )
+        toolset = Toolset(settings, state.client_functions)
+        self._hold(state, toolset, settings.tools, resume_token=resume_token, new_id=new_id)
 
     @classmethod
     def restore(
@@ -106,8 +105,10 @@ class Session(Responses):
     ) -> Session:
         """Carry on a session from its ``state()``, in this process or another.
 
-        The session belongs to the principal the state names (``settings.principal`` is
-        replaced by it); the agent's tools and the limits come from ``settings`` (from
+        The session takes ``state`` over: it changes it in place from then on (its
+        transcript and calls move to the session's history and ledger). The session
+        belongs to the principal the state names (``settings.principal`` is replaced by
+        it); the agent's tools and the limits come from ``settings`` (from
         ``settings.agents`` when the session was handed to another agent).
 
         Raises:
@@ -121,80 +122,96 @@ class Session(Responses):
             if profile is None:
                 raise ConfigError(f"agent {state.agent!r}: not one this gateway has")
             settings = settings.switched(profile)
-        session = cls(settings, session_id=state.session_id, resume_token="", new_id=new_id)
-        session._phase = state.phase
-        session._instructions = state.instructions
-        session._client_instructions = state.client_instructions
-        session.metadata = state.metadata
-        session._toolset.client_specs = state.client_functions
-        session._tool_choice, session._max_steps = state.tool_choice, state.max_steps
-        session._tool_mode = state.tool_mode
-        session.time_zone = state.time_zone
-        session._ending = state.ending
-        session._latest = state.latest_response
-        session._segments = state.segments
-        session._calls.tools = session._toolset.registry(state.client_functions)
-        session._calls.ledger = Ledger.restore(state.calls)
-        session._out.seq = state.seq
-        session._history = History.restore(
-            settings.max_history_chars, state.history, state.turn_starts
-        )
-        session._notes = list(state.notes)
-        session._queue = list(state.queue)
-        session._message_ids = dict.fromkeys(state.message_ids)
-        response = state.response
-        if response is not None:
-            # The response's calls are the ledger's: one object per call, as before.
-            ledger = session._calls.ledger
-            response.calls = [ledger.get(call.call_id) or call for call in response.calls]
-        session._response = response
+        toolset = Toolset(settings, state.client_functions)
+        tools = toolset.registry(state.client_functions)
+        state.agent = settings.agent  # an older state names none: the gateway's own
+        session = cls.__new__(cls)
+        session._hold(state, toolset, tools, resume_token="", new_id=new_id)
         return session
 
+    def _hold(
+        self,
+        state: SessionState,
+        toolset: Toolset,
+        tools: ToolRegistry,
+        *,
+        resume_token: str,
+        new_id: Callable[[str], str],
+    ) -> None:
+        """Be the session ``state`` is, with the collaborators that change it. Three keep
+        a part of it in a form of their own, which ``state()`` puts back: the outbox
+        numbers events (``seq``), the ledger finds calls by id (``calls``), the history
+        knows the size of each item (``history``, ``turn_starts``)."""
+        settings = toolset.settings
+        self._state = state
+        self._resume_token = resume_token
+        self._out = Outbox()
+        self._out.seq = state.seq
+        ledger = Ledger.restore(state.calls)
+        self._calls = Dispatcher(self._out, settings, tools=tools, new_id=new_id, ledger=ledger)
+        self._history = History.restore(
+            settings.max_history_chars, state.history, state.turn_starts
+        )
+        state.calls, state.history, state.turn_starts = [], [], []  # theirs from now on
+        if (response := state.response) is not None:
+            # The response's calls are the ledger's: one object per call, as before.
+            response.calls = [ledger.get(call.call_id) or call for call in response.calls]
+        self._terms = Terms(state, toolset, calls=self._calls, outbox=self._out)
+        self._intake = Intake(state, terms=self._terms, calls=self._calls, outbox=self._out)
+        self._responses = Responses(
+            state,
+            terms=self._terms,
+            calls=self._calls,
+            history=self._history,
+            outbox=self._out,
+            new_id=new_id,
+        )
+        self._on_text = self._responses.on_text
+        """Bound once: every text delta of every answer comes this way (``model_text``)."""
+
     def state(self, *, with_history: bool = True) -> SessionState:
-        """Everything this session is, as one value (it shares this session's objects:
+        """Everything this session is, as one value: the state it holds, with the parts
+        its collaborators keep put back (a view: it shares this session's objects, so
         encode it before the next ``receive``). Without history, its transcript is left
         out (a store that keeps it apart, see ``history_since``)."""
-        return SessionState(
-            session_id=self.session_id,
-            phase=self._phase,
-            principal=self._settings.principal,
-            instructions=self._instructions,
-            client_instructions=self._client_instructions,
-            agent=self._settings.agent,
-            client_functions=self._toolset.client_specs,
-            metadata=self.metadata,
+        history = self._history
+        return msgspec.structs.replace(
+            self._state,
             seq=self._out.seq,
-            history=list(self._history.items) if with_history else [],
-            turn_starts=self._history.turn_starts,
-            notes=list(self._notes),
-            queue=list(self._queue),
-            message_ids=list(self._message_ids),
-            response=self._response,
             calls=self._calls.ledger.calls(),
-            tool_choice=self._tool_choice,
-            max_steps=self._max_steps,
-            tool_mode=self._tool_mode,
-            time_zone=self.time_zone,
-            ending=self._ending,
-            latest_response=self._latest,
-            segments=self._segments,
+            history=list(history.items) if with_history else [],
+            turn_starts=history.turn_starts,
         )
 
     # ----------------------------------------------------------------- public
 
     @property
+    def session_id(self) -> str:
+        return self._state.session_id
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What the client sent in ``session.start``; kept for the application."""
+        return self._state.metadata
+
+    @property
+    def time_zone(self) -> str | None:
+        """The user's time zone, from ``session.start`` (for tools that tell the time)."""
+        return self._state.time_zone
+
+    @property
     def closed(self) -> bool:
-        return self._phase is Phase.CLOSED
+        return self._state.phase is Phase.CLOSED
 
     @property
     def ended_by_agent(self) -> bool:
         """The session is over because the agent ended it (``session.ended`` was sent)."""
-        return self._phase is Phase.CLOSED and self._ending is not None
+        return self._state.phase is Phase.CLOSED and self._state.ending is not None
 
     @property
     def agent(self) -> str:
         """The agent the session is with (another after ``transfer_to_agent``)."""
-        return self._settings.agent
+        return self._terms.settings.agent
 
     def call(self, call_id: str) -> Call | None:
         """The call ``call_id`` names, while the ledger keeps it."""
@@ -203,17 +220,15 @@ class Session(Responses):
     @property
     def principal(self) -> Principal:
         """Who the session belongs to, with the end user's claims (for tools)."""
-        return self._settings.principal
+        return self._state.principal
 
     def model_text(self, step_id: str, text: str, *, now: float) -> None:
         """``receive(ModelOutput(step_id, ModelText(text)), now=now)``, for the event
         that comes most by far (every delta of every answer), without building the event
         and matching it to find what it is."""
-        self._now = now
-        if self._phase is not Phase.CLOSED:
-            response = self._response
-            if response is not None and response.step_id == step_id and text:
-                self._on_text(response, text)
+        response = self._state.response  # none once the session is closed
+        if response is not None and response.step_id == step_id and text:
+            self._on_text(response, text)
 
     def recover(self, event: Event, *, now: float) -> None:
         """``receive`` raised applying ``event`` (the gateway's bug, or a model's output it
@@ -221,35 +236,36 @@ class Session(Responses):
         otherwise the response running now ends (``internal`` error, then ``response.done``),
         so that no response is left open; with none running, the message is answered with
         an ``internal`` error. The effects queued before the failure stay, in order."""
-        self._now = now
-        if self._phase is Phase.CLOSED:
+        state = self._state
+        if state.phase is Phase.CLOSED:
             return
-        response = self._response
+        response = state.response
         if (
             isinstance(event, ModelOutput)
             and response is not None
             and response.step_id == event.step_id
         ):
-            self._on_model_failed(
+            self._responses.on_model_failed(
                 ModelFailed(event.step_id, "the gateway could not handle the model's output")
             )
         elif response is not None:
-            self._fail_running("the gateway failed in the middle of this response")
+            self._responses.fail_running("the gateway failed in the middle of this response")
         else:
             self._out.error(
                 "internal",
                 "the gateway failed to apply this message",
-                in_reply_to=getattr(event, "id", None),
+                in_reply_to=_id_of(event),
             )
 
     def receive(self, event: Event, *, now: float) -> None:
         """Apply one event. Effects accumulate until ``effects()`` is called."""
-        self._now = now
-        if self._phase is Phase.CLOSED:
+        state = self._state
+        if state.phase is Phase.CLOSED:
             return
+        responses = self._responses
         match event:
             case ModelOutput(step_id=step_id, event=model_event):  # the most frequent first
-                self._on_model_event(step_id, model_event)
+                responses.on_model_event(step_id, model_event, now)
             case DecodeFailure(code=code, message=message, in_reply_to=in_reply_to):
                 self._out.error(code, message, in_reply_to=in_reply_to, retryable=event.retryable)
             case Ping(ts=ts):
@@ -263,58 +279,64 @@ class Session(Responses):
                     in_reply_to=event.id,
                 )
             case Disconnected():
-                self._shut_down()
+                responses.shut_down()
             case ShuttingDown():
-                if self._response is not None:
-                    self._cancel_response(
+                if state.response is not None:
+                    responses.cancel(
                         None,
                         status="incomplete",
                         reason="cancelled: the gateway is restarting",
                         start_next=False,
                     )
-                self._queue.clear()
-            case _ if self._phase is Phase.NEW and not isinstance(event, Tick):
+                state.queue.clear()
+            case _ if state.phase is Phase.NEW and not isinstance(event, Tick):
                 self._out.error(
                     "invalid_message", "send session.start first", in_reply_to=_id_of(event)
                 )
             case Ack():
                 pass  # the driver trims the event log; nothing changes in the session
             case SessionUpdate():
-                self._update_session(event)
+                if self._terms.update(event):
+                    tools = tool_infos(self._calls.tools)
+                    self._out.send(SessionUpdated(tools=tools, in_reply_to=event.id))
             case UserMessage():
-                self._accept_user_message(event)
+                if self._intake.admit(event):
+                    if state.response is None:
+                        self._start_response(event)
+                    else:
+                        state.queue.append(event)
             case ToolResults():
                 for result in event.results:
                     self._calls.accept_client_result(result, event.id)
-                    self._note_ending(result.call_id)
-                self._advance_if_step_settled()
+                    self._terms.note_ending(result.call_id)
+                responses.advance_if_step_settled()
             case ToolRun():
-                self._calls.run_on_gateway(event, self._now)
-                self._advance_if_step_settled()
+                self._calls.run_on_gateway(event, now)
+                responses.advance_if_step_settled()
             case ToolConfirmation():
-                self._calls.confirmation(event, self._now)
-                self._advance_if_step_settled()
+                self._calls.confirmation(event, now)
+                responses.advance_if_step_settled()
             case ResponseCancel(response_id=response_id):
-                self._cancel_response(response_id)
+                responses.cancel(response_id)
             case ResponseTruncate():
-                self._truncate(event)
+                responses.truncate(event)
             case ModelFailed():
-                self._on_model_failed(event)
+                responses.on_model_failed(event)
             case ToolFinished():
-                event, transferred = self._hand_over_if_asked(event)
+                event, transferred = self._terms.hand_over_if_asked(event)
                 completion = self._calls.tool_finished(event)
                 if transferred is not None:
                     self._out.send(transferred)
-                self._note_ending(event.call_id)
+                self._terms.note_ending(event.call_id)
                 if completion is not None:
-                    self._deliver(completion)
-                self._advance_if_step_settled()
+                    responses.deliver(completion)
+                responses.advance_if_step_settled()
             case ToolProgress():
                 self._calls.tool_progress(event)
             case Tick():
                 for completion in self._calls.expire_due(now):
-                    self._deliver(completion)
-                self._advance_if_step_settled()
+                    responses.deliver(completion)
+                responses.advance_if_step_settled()
 
     @property
     def history_mark(self) -> Mark:
@@ -336,7 +358,7 @@ class Session(Responses):
             ``False`` at the first event that is none of these, or out of order (the
             state stays as far as it got).
         """
-        response = self._response
+        response = self._state.response
         streaming = response is not None and response.step_id is not None
         if streaming and sent:
             assert response is not None
@@ -363,15 +385,12 @@ class Session(Responses):
         ``response_interrupted``). Calls keep their state: a server tool that was
         running elsewhere settles when its outcome is routed here, or at its deadline.
         """
-        self._now = now
         self._calls.adopt()
-        response = self._response
-        if self._phase is not Phase.OPEN or response is None or response.step_id is None:
+        state = self._state
+        response = state.response
+        if state.phase is not Phase.OPEN or response is None or response.step_id is None:
             return
-        self._out.do(CancelModel(response.step_id))  # in case it still runs here
-        self._segmenter = None  # made again from what the client has
-        response.unconfirmed = seen_text(response)
-        self._start_step(response, again=True)
+        self._responses.run_step_again(response)
 
     def effects(self) -> list[Effect]:
         """Take the effects produced since the last call, in order."""
@@ -383,12 +402,13 @@ class Session(Responses):
 
     @property
     def started(self) -> bool:
-        return self._phase is not Phase.NEW
+        return self._state.phase is not Phase.NEW
 
     @property
     def responding(self) -> bool:
         """True while a response runs (or user messages wait for one)."""
-        return self._response is not None or bool(self._queue)
+        state = self._state
+        return state.response is not None or bool(state.queue)
 
     @property
     def last_seq(self) -> int:
@@ -417,223 +437,48 @@ class Session(Responses):
             if isinstance(item, UserTurn) or (isinstance(item, AssistantTurn) and item.text)
         ]
         return SessionSnapshot(
-            session_id=self.session_id,
+            session_id=self._state.session_id,
             last_seq=self._out.seq,
-            agent=self._settings.agent,
+            agent=self.agent,
             transcript=transcript,
             open_calls=self.open_client_calls(now),
             open_confirmations=self.open_confirmations(now),
         )
 
-    # ----------------------------------------------------------------- session
+    def declared_schemas(self, msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
+        """The schemas ``msg`` declares that the session will check, in the order it checks
+        them (so the driver can have them checked off the event loop first)."""
+        return self._terms.declared_schemas(msg)
+
+    # ----------------------------------------------------------------- lifecycle
 
     def _start_session(self, msg: SessionStart) -> None:
-        if self._phase is not Phase.NEW:
+        state = self._state
+        if state.phase is not Phase.NEW:
             self._out.error(
                 "invalid_message", "the session has already started", in_reply_to=msg.id
             )
             return
-        if msg.agent is not None and msg.agent != self._settings.agent:
-            self._out.error(
-                "invalid_message", f"unknown agent {msg.agent[:64]!r}", in_reply_to=msg.id
-            )
+        if not self._terms.start(msg):
             return
-        tools = self._tools_with(msg.client_functions, msg.id)
-        if tools is None:
-            return
-        if not self._choice_fits(tools, msg.tool_choice, msg.max_steps, None, msg.id):
-            return
-        self._calls.tools, self._toolset.client_specs = tools, msg.client_functions
-        self._tool_choice = msg.tool_choice or "auto"
-        self._max_steps = msg.max_steps
-        self._tool_mode = msg.tool_mode or "auto"
-        self._segments = bool(msg.segments)
-        self.time_zone = msg.time_zone
-        if msg.instructions:
-            self._client_instructions = msg.instructions
-            self._instructions = _joined(self._settings.instructions, msg.instructions)
-        self._phase = Phase.OPEN
-        self.metadata = msg.metadata
+        state.phase = Phase.OPEN
+        state.metadata = msg.metadata
+        state.time_zone = msg.time_zone
+        settings = self._terms.settings
         self._out.send(
             SessionCreated(
-                session_id=self.session_id,
+                session_id=state.session_id,
                 resume_token=self._resume_token,
                 protocol_version=PROTOCOL_VERSION,
-                agent=self._settings.agent,
-                tools=tool_infos(tools),
-                limits=self._settings.limits,
+                agent=settings.agent,
+                tools=tool_infos(self._calls.tools),
+                limits=settings.limits,
             )
         )
 
-    def _update_session(self, msg: SessionUpdate) -> None:
-        """Replace the client's own functions, extra instructions, default ``tool_choice``
-        or ``max_steps`` mid-session (all of them, or none after an error)."""
-        tools, specs = self._calls.tools, self._toolset.client_specs
-        if msg.client_functions is not None:
-            changed = self._tools_with(msg.client_functions, msg.id)
-            if changed is None:
-                return
-            tools, specs = changed, msg.client_functions
-        choice = msg.tool_choice or self._tool_choice
-        if not self._choice_fits(tools, choice, msg.max_steps, None, msg.id):
-            return
-        self._calls.tools, self._toolset.client_specs = tools, specs
-        self._tool_choice = choice
-        if msg.max_steps is not None:
-            self._max_steps = msg.max_steps
-        if msg.tool_mode is not None:
-            self._tool_mode = msg.tool_mode
-        if msg.segments is not None:
-            self._segments = msg.segments
-        if msg.instructions is not None:
-            self._client_instructions = msg.instructions
-            self._instructions = _joined(self._settings.instructions, msg.instructions)
-        self._out.send(SessionUpdated(tools=tool_infos(self._calls.tools), in_reply_to=msg.id))
-
-    def _choice_fits(
-        self,
-        tools: ToolRegistry,
-        choice: str | None,
-        max_steps: int | None,
-        narrowed: list[str] | None,
-        msg_id: str | None,
-    ) -> bool:
-        """Whether a ``tool_choice``, ``max_steps`` and ``tools`` narrowing asked for can
-        be honoured with ``tools``; if not, the client gets an ``error`` saying why."""
-        problem = self._toolset.choice_problem(tools, choice, max_steps, narrowed)
-        if problem is not None:
-            self._out.error("invalid_message", problem, in_reply_to=msg_id)
-        return problem is None
-
-    def _tools_with(self, specs: list[ToolSpec], msg_id: str | None) -> ToolRegistry | None:
-        """The agent's tools plus the client's functions among ``specs``; ``None`` after an
-        error (``Toolset.accepted`` says why)."""
-        tools = self._toolset.accepted(specs)
-        if isinstance(tools, Refusal):
-            self._out.error(tools.code, tools.message, in_reply_to=msg_id)
-            return None
-        return tools
-
-    def declared_schemas(self, msg: SessionStart | SessionUpdate) -> list[dict[str, Any]]:
-        """The schemas ``msg`` declares that the session will check, in the order it checks
-        them (so the driver can have them checked off the event loop first)."""
-        return self._toolset.declared_schemas(msg.client_functions or [])
-
-    def _hand_over_if_asked(
-        self, event: ToolFinished
-    ) -> tuple[ToolFinished, AgentTransferred | None]:
-        """A ``transfer_to_agent`` call that returned: the session switches to the agent it
-        names now, so the response's next step is that agent's. The event to settle the
-        call with (failed, saying why, if the switch cannot be), and the one to send."""
-        call = self._calls.ledger.get(event.call_id)
-        if call is None or call.settled or event.error is not None:
-            return event, None
-        entry = self._calls.tools.get(call.tool)
-        if entry is None or not entry.definition.transfers:
-            return event, None
-        name = call.args.get("agent")
-        profile = self._settings.agents(name) if isinstance(name, str) else None
-        if profile is None or profile.agent == self._settings.agent:
-            return ToolFinished(call_id=call.call_id, error=f"no agent {name!r} to go to"), None
-        try:
-            toolset, tools = self._toolset.handed_to(profile)
-        except ConfigError as exc:  # a client function clashes with one of its tools
-            return ToolFinished(call_id=call.call_id, error=f"cannot transfer: {exc}"), None
-        if len(tools) and not profile.model_supports_tools:
-            error = f"cannot transfer: the model of {name!r} cannot call tools"
-            return ToolFinished(call_id=call.call_id, error=error), None
-        previous, self._toolset = self._settings, toolset
-        self._calls.tools, self._calls.confirm_rules = tools, profile.confirm_rules
-        self._calls.agent = profile.agent
-        self._instructions = _joined(profile.instructions, self._client_instructions)
-        reason = call.args.get("reason")
-        return event, AgentTransferred(
-            agent=profile.agent,
-            previous_agent=previous.agent,
-            tools=tool_infos(tools),
-            reason=reason if isinstance(reason, str) and reason else None,
-            response_id=call.response_id,
-        )
-
-    def _note_ending(self, call_id: str) -> None:
-        """A completed ``end_session`` call: the session ends after this response."""
-        call = self._calls.ledger.get(call_id)
-        if call is None or call.state is not CallState.COMPLETED or self._ending is not None:
-            return
-        entry = self._calls.tools.get(call.tool)
-        if entry is not None and entry.definition.ends_session:
-            reason = call.args.get("reason")
-            self._ending = reason if isinstance(reason, str) and reason else "goodbye"
-
-    # ----------------------------------------------------------------- responses
-
-    def _accept_user_message(self, msg: UserMessage) -> None:
-        limits = self._settings.limits
-        # An id makes a user message idempotent: a client that is not sure its message
-        # arrived before a drop sends it again, and it counts once. Only accepted
-        # messages are remembered, so one refused as busy may be retried as it is.
-        if msg.id is not None and msg.id in self._message_ids:
-            return
-        if len(msg.text) > limits.max_message_chars:
-            self._out.error(
-                "message_too_large",
-                f"text has {len(msg.text)} characters; the limit is {limits.max_message_chars}",
-                in_reply_to=msg.id,
-            )
-        elif not msg.text.strip():
-            self._out.error("invalid_message", "text must not be blank", in_reply_to=msg.id)
-        elif not self._choice_fits(
-            self._calls.tools, msg.tool_choice, msg.max_steps, msg.tools, msg.id
-        ):
-            pass  # the error is sent
-        elif self._response is not None and len(self._queue) >= limits.max_queued_messages:
-            self._out.error(
-                "busy",
-                "too many messages waiting for the running response",
-                in_reply_to=msg.id,
-                retryable=True,
-            )
-        else:
-            self._remember(msg.id)
-            if self._response is None:
-                self._start_response(msg)
-            else:
-                self._queue.append(msg)
-
-    def _remember(self, msg_id: str | None) -> None:
-        if msg_id is None:
-            return
-        self._message_ids[msg_id] = None
-        while len(self._message_ids) > _REMEMBERED_MESSAGE_IDS:
-            del self._message_ids[next(iter(self._message_ids))]
-
-    def _truncate(self, msg: ResponseTruncate) -> None:
-        """Keep in the history only the part of the latest response the user heard; a
-        response still running stops first (the user spoke over it)."""
-        if msg.response_id != self._latest:
-            self._out.error(
-                "invalid_message",
-                f"response {msg.response_id[:64]!r} is not the latest one: only it can be"
-                " truncated",
-                in_reply_to=msg.id,
-            )
-            return
-        running = self._response is not None
-        if running:
-            self._cancel_response(msg.response_id, start_next=False)
-        self._history.truncate_last_turn(msg.heard_chars)
-        self._out.send(
-            ResponseTruncated(
-                response_id=msg.response_id, heard_chars=msg.heard_chars, in_reply_to=msg.id
-            )
-        )
-        if running and self._response is None:
-            self._start_next()
-
-
-def _joined(instructions: str, added: str | None) -> str:
-    """An agent's instructions with what the client added to them."""
-    return f"{instructions}\n\n{added}".strip() if added else instructions
+    def _start_response(self, msg: UserMessage) -> None:
+        """Start the response to ``msg``: none runs now."""
+        self._responses.start(msg)
 
 
 LOG_ONLY = (Ping, Ack, DecodeFailure)
@@ -641,19 +486,13 @@ LOG_ONLY = (Ping, Ack, DecodeFailure)
 the frame): a durable store need not save the state for them (``catch_up``)."""
 
 
+_FRAME_ERRORS = ("invalid_message", "unknown_type", "rate_limited", "message_too_large")
+"""The codes of the errors a ``DecodeFailure`` causes."""
+
+
 def _about_a_frame(error: Error) -> bool:
     """An error a ``DecodeFailure`` causes (the frame was unreadable, unknown or refused)."""
-    return (
-        error.response_id is None
-        and error.call_id is None
-        and error.code
-        in (
-            "invalid_message",
-            "unknown_type",
-            "rate_limited",
-            "message_too_large",
-        )
-    )
+    return error.response_id is None and error.call_id is None and error.code in _FRAME_ERRORS
 
 
 def _id_of(event: Event) -> str | None:

@@ -1,7 +1,9 @@
 """A session's whole state as one value: what a store persists and any node restores.
 
-Part of the pure session core. ``Session.state()`` returns a ``SessionState``;
-``Session.restore(settings, state)`` carries on from it, in this process or another.
+Part of the pure session core. A ``Session`` holds its ``SessionState`` and changes it in
+place as events come; ``Session.state()`` returns it (a view with the parts its
+collaborators keep put back: ``seq``, ``calls``, ``history``), and
+``Session.restore(settings, state)`` takes one over, in this process or another.
 Continuing from a restored state behaves exactly as if the session had never been
 persisted (tests/test_state.py checks it over random event sequences).
 
@@ -38,6 +40,7 @@ __all__ = [
     "decode_state",
     "encode_item",
     "encode_state",
+    "new_state",
 ]
 
 STATE_VERSION = 1
@@ -137,6 +140,29 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The id of the latest response (``response.truncate``)."""
     segments: bool = False
     """Voice: the session sends ``text.segment`` events."""
+
+
+def new_state(
+    *, session_id: str, principal: Principal, instructions: str, agent: str
+) -> SessionState:
+    """The state of a session that has not started yet."""
+    return SessionState(
+        session_id=session_id,
+        phase=Phase.NEW,
+        principal=principal,
+        instructions=instructions,
+        agent=agent,
+        client_functions=[],
+        metadata={},
+        seq=0,
+        history=[],
+        turn_starts=[],
+        notes=[],
+        queue=[],
+        message_ids=[],
+        response=None,
+        calls=[],
+    )
 
 
 _encoder = msgspec.msgpack.Encoder()
