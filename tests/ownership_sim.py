@@ -125,8 +125,8 @@ from gateway.shell.connection import FRAME_WRITER_SCOPE_KEY, Connection, Socket
 from gateway.shell.driver import Driver
 from gateway.shell.runtime import Runtime
 from gateway.store import Lease, LeaseLost, MemoryStore, SessionRecord
-from gateway.tools.backend import Toolbox
 from gateway.tools.python import PythonTools, ServerTool, tool
+from gateway.tools.toolbox import Toolbox
 from gateway.wire.v1 import (
     Ack,
     ClientMsg,

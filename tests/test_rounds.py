@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.shell.driver import _ROUND_BUDGET, _Rounds
+from gateway.shell.rounds import ROUND_BUDGET as _ROUND_BUDGET
+from gateway.shell.rounds import Rounds as _Rounds
 
 
 class _Loop:

@@ -184,7 +184,7 @@ _WORD = re.compile(r"\s*\S+\s*")
 
 _YIELD_EVERY = 64
 """At pace 0, the model hands the loop over (and may be cancelled) every this many words:
-the session's reader also yields on its own (``gateway.shell.driver``)."""
+the session's reader also yields on its own (``gateway.shell.model_stream``)."""
 
 
 def _words(text: str) -> Iterator[str]:

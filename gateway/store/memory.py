@@ -244,7 +244,7 @@ class MemoryStore:
         posts_taken: int = 0,
     ) -> None:
         """``commit``, done before it returns (nothing here waits): a driver may commit
-        from a callback (see ``Driver._flush_now``)."""
+        from a callback (see ``Journal.flush_now`` in ``gateway.shell.journal``)."""
         if lease is not None and not self._holds(session_id, lease):
             raise LeaseLost(f"session {session_id}: lease {lease.fence} was taken over")
         entry = self._get(session_id)
