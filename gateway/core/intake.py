@@ -34,6 +34,14 @@ class Intake:
         outbox: where refusals go, as ``error`` events.
     """
 
+    __slots__ = (
+        "_calls",
+        "_out",
+        "_state",
+        "_taken",
+        "_terms",
+    )  # one of each per session: no __dict__ each
+
     def __init__(
         self, state: SessionState, *, terms: Terms, calls: Dispatcher, outbox: Outbox
     ) -> None:

@@ -61,6 +61,16 @@ class Responses:
         new_id: makes the ids of responses and steps.
     """
 
+    __slots__ = (
+        "_calls",
+        "_history",
+        "_new_id",
+        "_out",
+        "_segmenter",
+        "_state",
+        "_terms",
+    )  # one of each per session: no __dict__ each
+
     def __init__(
         self,
         state: SessionState,

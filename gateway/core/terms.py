@@ -40,6 +40,13 @@ class Terms:
         outbox: where refusals go, as ``error`` events.
     """
 
+    __slots__ = (
+        "_calls",
+        "_out",
+        "_state",
+        "_toolset",
+    )  # one of each per session: no __dict__ each
+
     def __init__(
         self, state: SessionState, toolset: Toolset, *, calls: Dispatcher, outbox: Outbox
     ) -> None:
