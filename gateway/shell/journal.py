@@ -192,7 +192,6 @@ class Journal:
         if not self._queue.parked or memory is None or not self.changed:
             return
         effects, self.pending, self.changed = self.pending, [], False
-        self._outcomes = []  # no lease, no new owner to give them to
         sends, calls = split_batch(effects, encode)
         events = [(msg.seq or 0, data) for msg, data in sends]
         if calls:
