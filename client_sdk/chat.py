@@ -19,6 +19,7 @@ from client_sdk.client import Conversation
 from client_sdk.device import battery_level, nearest_store, settings_report
 from client_sdk.events import EventStream
 from client_sdk.exceptions import ClientError
+from client_sdk.handler import failure_text
 from gateway.wire.v1 import (
     AgentTransferred,
     Error,
@@ -299,4 +300,4 @@ def describe(value: Any) -> str:
 
 def _describe_failure(context: dict[str, Any]) -> str:
     error = context.get("exception")
-    return f"{type(error).__name__}: {error}" if error is not None else str(context["message"])
+    return failure_text(error) if error is not None else str(context["message"])

@@ -278,6 +278,21 @@ class Conversation:
         elif alive and self.session is not None:
             await self._reconnector.end(self.session, self.last_seq)
 
+    def retry_now(self) -> bool:
+        """Try to reach the gateway now, instead of at the end of the wait between two
+        reconnect attempts: the network is back, or the user asked to retry. The next
+        attempt starts at once; if it fails too, the SDK waits again as long as the backoff
+        says (it keeps growing), and the app may call this again. It never ends the
+        conversation nor starts a second series of attempts, and ``give_up_after`` still
+        counts from the first failed attempt. It works between the attempts of a first
+        connect or start as well. Call it on the conversation's event loop.
+
+        Returns:
+            ``True`` when it cut a wait short; ``False`` when nothing was waiting: connected,
+            closed, an attempt already in flight, or nothing started yet.
+        """
+        return self._end is None and self._reconnector.retry_now()
+
     async def start(self) -> SessionCreated:
         """Open the session (``say`` and ``events`` do it when needed)."""
         if self._created is None:
@@ -318,7 +333,8 @@ class Conversation:
 
         ``handler(call)`` gets the ``ClientCall`` (``tool``, ``args``...) and, within the
         call's deadline, returns the call's output (JSON-compatible data), raises (the error
-        result is ``"<Exception>: <message>"``, as for a client function), or returns
+        result is ``"<ClassName>: <message>"``, a bare ``Exception``'s message alone, as for
+        a client function: see ``handler.failure_text``), or returns
         ``RUN_ON_GATEWAY`` (or ``RunOnGateway(args={...})``, edited arguments) to have the
         gateway run the tool, whose outcome is then the call's result. ``async`` or plain
         (a plain one runs in a worker thread). Without a handler every such call runs on the

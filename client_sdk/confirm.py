@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from client_sdk.handler import call_handler
+from client_sdk.handler import call_handler, failure_text
 from gateway.wire.v1 import ConfirmItem, ToolConfirmation
 
 __all__ = [
@@ -75,7 +75,7 @@ async def ask(handler: ConfirmHandler | None, item: ConfirmItem) -> ToolConfirma
     except TimeoutError:
         return _decline(item, OVERRAN)
     except Exception as exc:  # the handler's failure: never a reason to approve
-        return _decline(item, f"the confirmation handler failed ({type(exc).__name__}: {exc})")
+        return _decline(item, f"the confirmation handler failed ({failure_text(exc)})")
     if decision is True:
         return ToolConfirmation(call_id=item.call_id, approved=True)
     if isinstance(decision, Approve):

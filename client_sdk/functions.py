@@ -14,6 +14,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
+from client_sdk.handler import failure_text
 from gateway.wire.v1 import ClientCall, ToolResult, ToolSpec, struct_schema
 
 __all__ = ["ClientFunction", "answer", "make_function"]
@@ -58,7 +59,7 @@ async def answer(function: ClientFunction | None, call: ClientCall) -> ToolResul
     except TimeoutError:
         error = "the client function overran its deadline"
     except Exception as exc:  # the handler's failure is the model's to hear about
-        error = f"{type(exc).__name__}: {exc}"
+        error = failure_text(exc)
     return ToolResult(call_id=call.call_id, tool=call.tool, error=error)
 
 

@@ -274,6 +274,8 @@ class Reconnector:
         self._pending: ClientConnection | None = None
         """A socket resuming the session, until the gateway answers (``stop()`` drops it)."""
         self._stopped = False
+        self._wake: asyncio.Event | None = None
+        """Set by ``retry_now()`` to end the wait between two attempts now under way."""
 
     def stop(self) -> None:
         """No more attempts; drop the socket of one in progress.
@@ -283,6 +285,21 @@ class Reconnector:
         """
         self._stopped = True
         drop(self._pending)
+
+    def retry_now(self) -> bool:
+        """Cut the wait between two attempts short: the next attempt starts at once. The
+        wait after it, should it fail too, is as long as it would have been (the backoff
+        keeps growing), and the give-up count goes on from the first failure.
+
+        Returns:
+            ``True`` when a wait was cut short; ``False`` when none was under way (connected,
+            stopped, an attempt in flight, nothing started yet).
+        """
+        wake = self._wake
+        if wake is None or wake.is_set() or self._stopped:
+            return False
+        wake.set()  # the loop of _retry goes on with its next attempt: no second loop
+        return True
 
     async def run(self, session: SessionCreated, last_seq: int) -> Resumed | SessionClosed | None:
         """Resume ``session`` from ``last_seq`` with backoff and jitter until the gateway answers.
@@ -334,9 +351,19 @@ class Reconnector:
                 return gave_up(self._give_up_after)
             if self._stopped:
                 break
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
+            await self._pause(delay * random.uniform(0.5, 1.0))  # jitter: no thundering herd
             delay = min(delay * 2, self._max_delay)
         return None
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` between two attempts, or less when ``retry_now()`` cuts it short."""
+        wake = self._wake = asyncio.Event()
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await wake.wait()
+        finally:
+            self._wake = None
 
     async def _open(self, *, first: bool) -> ClientConnection | Retry:
         """One attempt at a socket (within ``attempt_timeout``)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from client_sdk.handler import call_handler
+from client_sdk.handler import call_handler, failure_text
 from gateway.wire.v1 import ClientCall, ToolResult, ToolRun
 
 __all__ = ["RUN_ON_GATEWAY", "RunOnGateway", "ServerToolHandler", "decide"]
@@ -57,5 +57,5 @@ async def decide(handler: ServerToolHandler | None, call: ClientCall) -> ToolRes
     except TimeoutError:
         error = OVERRAN
     except Exception as exc:  # the handler's failure is the model's to hear about
-        error = f"{type(exc).__name__}: {exc}"
+        error = failure_text(exc)
     return ToolResult(call_id=call.call_id, tool=call.tool, error=error)

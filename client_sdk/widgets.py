@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from client_sdk.handler import call_handler
+from client_sdk.handler import call_handler, failure_text
 from gateway.wire.v1 import ClientCall, ToolResult
 
 __all__ = ["WidgetHandler", "ask_user"]
@@ -32,5 +32,5 @@ async def ask_user(handler: WidgetHandler, call: ClientCall) -> ToolResult:
     except TimeoutError:
         error = NOT_ANSWERED
     except Exception as exc:  # the user's side failed: the model hears why
-        error = f"{type(exc).__name__}: {exc}"
+        error = failure_text(exc)
     return ToolResult(call_id=call.call_id, tool=call.tool, error=error)

@@ -126,6 +126,26 @@ export class GatewayClient {
   }
 
   /**
+   * Try to reach the gateway now, instead of at the end of the wait between two reconnect
+   * attempts: when the browser's `online` event fires, the page becomes visible again, or the
+   * user clicks "Retry now" in a "Reconnecting…" banner. The next attempt starts at once; if
+   * it fails too, the SDK waits again, as long as the backoff says (it keeps growing), and
+   * the app may call this again. It never ends the conversation nor starts a second series of
+   * attempts, and `giveUpAfter` still counts from the first failed attempt. It works between
+   * the attempts of a first connect or start as well.
+   *
+   * ```js
+   * addEventListener("online", () => conv.retryNow());
+   * retryButton.onclick = () => conv.retryNow();
+   * ```
+   * @returns {boolean} true when it cut a wait short; false when nothing was waiting:
+   *   connected, closed, an attempt already in flight, or nothing started yet.
+   */
+  retryNow() {
+    return this._conv.retryNow();
+  }
+
+  /**
    * End the session: the socket is closed with code 1000, which tells the gateway the
    * client is done. Pending `say()` iterators and `events()` throw `SessionClosed` (1000).
    * Between reconnect attempts (or during one, which is dropped) there is no socket to

@@ -123,6 +123,11 @@ export class Conversation {
     created.resolve(session);
   }
 
+  /** @returns {boolean} whether a wait between reconnect attempts was cut short */
+  retryNow() {
+    return this._end === null && this._link.retryNow();
+  }
+
   /** @returns {Promise<void>} */
   close() {
     if (!this._closed) this._closed = this._shutDown();

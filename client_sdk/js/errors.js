@@ -58,12 +58,28 @@ export class ResumeGap extends ClientError {
   }
 }
 
-/** `"<Error name>: <message>"`, as the model hears about a failure. */
+/**
+ * A failure in words, as the gateway, the model and the user hear of it (mirrors Python's
+ * `failure_text` in client_sdk/handler.py): `"<Error name>: <message>"` (`"TypeError: bad zip
+ * code"`), or the message alone when the name is the generic `"Error"`, which says nothing
+ * (`throw new Error("the user turned off battery access")`, a thrown string); a named error
+ * keeps its name (`RangeError`, a DOMException's, `namedError`'s). Without a message, the name
+ * alone.
+ * @param {unknown} err What was thrown.
+ * @returns {string}
+ */
 export function describe(err) {
+  let name = "Error";
+  let message;
   if (err instanceof Error || (err && typeof err === "object" && "message" in err)) {
-    return `${err.name || "Error"}: ${err.message}`;
+    const { name: own, message: text } = /** @type {{name?: unknown, message?: unknown}} */ (err);
+    name = typeof own === "string" && own ? own : "Error";
+    message = text == null ? "" : String(text);
+  } else {
+    message = String(err);
   }
-  return `Error: ${String(err)}`;
+  if (!message) return name;
+  return name === "Error" ? message : `${name}: ${message}`;
 }
 
 /** An Error whose `name` is `name` (what `describe` puts first): Python's names, say `LookupError`. */

@@ -33,8 +33,9 @@
  *   in `session.start` (or `session.update` when registered later). When the model calls
  *   it, `handler(args, { signal, call })` runs, concurrently with the other calls of the
  *   batch, and its value (or a Promise of it) is sent back as the result. A thrown error
- *   becomes an error result (`"TypeError: ..."`); a handler still running at the call's
- *   deadline gets an error result too, and `signal` is aborted. Each call id runs once.
+ *   becomes an error result (`"TypeError: ..."`; a plain `Error`'s message alone); a handler
+ *   still running at the call's deadline gets an error result too, and `signal` is aborted.
+ *   Each call id runs once.
  * - **Manual tool mode.** With `toolMode: "manual"` (per session, or per message in `say()`
  *   and `post()`), every tool call the model asks for comes to the client, the gateway's
  *   server tools included (`tool.calls` with `kind: "server"`). `conv.onServerTool(handler)`
@@ -65,8 +66,9 @@
  *   retried the same way. Each attempt must be answered within `attemptTimeout` of its dial
  *   (or its socket is closed with 4000 and it counts as failed); after `giveUpAfter` of
  *   failed attempts in a row the conversation ends with `SessionClosed` 1006 ("could not
- *   reach the gateway for 120 s"). `close()` between attempts ends the gateway's session all
- *   the same, with a short-lived socket. Results and `tool.run` requests the gateway has not
+ *   reach the gateway for 120 s"). `conv.retryNow()` cuts the wait between two attempts short
+ *   (the browser is `online` again, the user clicked "Retry now"). `close()` between attempts
+ *   ends the gateway's session all the same, with a short-lived socket. Results and `tool.run` requests the gateway has not
  *   confirmed, and user messages (options included) and `session.update` messages it has not
  *   answered, are sent again (the gateway applies each once), and so are `tool.confirmation`
  *   answers no `tool.status` (or `tool.calls`) has confirmed yet. Calls that opened while the

@@ -316,7 +316,7 @@ test("a token function that fails ends connect() with SessionClosed", async () =
       throw new Error("backend down");
     },
   });
-  await assert.rejects(conv.connect(), (err) => err instanceof SessionClosed && /backend down/.test(err.message));
+  await assert.rejects(conv.connect(), (err) => err instanceof SessionClosed && err.reason === "could not get a client token: backend down");
   assert.equal(gw.attempts.length, 0);
 });
 
@@ -1292,6 +1292,74 @@ test("a widget unanswered at its deadline fails; one a tool.status ends, or clos
 
 // ----------------------------------------------------------------------- reconnects
 
+test("a plain Error's message goes alone; a named error keeps its name; an empty message keeps the name", async () => {
+  class Unnamed extends Error {} // its name is still "Error": the prefix would say nothing
+  const { conv, sock } = await started({}, (c) => {
+    c.clientFunction("get_battery_level", () => {
+      throw new Error("The user has turned off battery access.");
+    });
+    c.clientFunction("rejects_plain", async () => {
+      throw new Error("no signal");
+    });
+    c.clientFunction("throws_string", () => {
+      throw "the page is hidden"; // a string, not an Error
+    });
+    c.clientFunction("unnamed", () => {
+      throw new Unnamed("from a subclass");
+    });
+    c.clientFunction("named", () => {
+      throw new TypeError("bad zip code");
+    });
+    c.clientFunction("dom", () => {
+      throw new DOMException("the user said no", "NotAllowedError");
+    });
+    c.clientFunction("empty", () => {
+      throw new Error("");
+    });
+    c.clientFunction("empty_named", () => {
+      throw new RangeError();
+    });
+  });
+  conv.onServerTool(() => {
+    throw new Error("the shelf is out of reach");
+  });
+  conv.onWidget(() => {
+    throw new Error("the screen is off");
+  });
+  conv.onConfirm(() => {
+    throw new Error("no dialog");
+  });
+  const tools = ["get_battery_level", "rejects_plain", "throws_string", "unnamed", "named", "dom", "empty", "empty_named"];
+  sock.push({
+    type: "tool.calls",
+    response_id: "resp_1",
+    calls: [
+      ...tools.map((tool) => call(`c_${tool}`, tool)),
+      serverCall("c_server", "check_stock"),
+      widgetCall("c_widget", "choose_pickup_store", STORES),
+    ],
+    seq: 2,
+  });
+  const results = await resultsOf(sock, tools.length + 2);
+  const errors = Object.fromEntries([...results].map(([id, result]) => [id, result.error]));
+  assert.deepEqual(errors, {
+    c_get_battery_level: "The user has turned off battery access.",
+    c_rejects_plain: "no signal",
+    c_throws_string: "the page is hidden",
+    c_unnamed: "from a subclass",
+    c_named: "TypeError: bad zip code",
+    c_dom: "NotAllowedError: the user said no",
+    c_empty: "Error",
+    c_empty_named: "RangeError",
+    c_server: "the shelf is out of reach",
+    c_widget: "the screen is off",
+  });
+  sock.push(askFor(3, confirmItem("c_confirm", "cancel_order")));
+  const declined = await sock.next("tool.confirmation");
+  assert.equal(declined.reason, "the confirmation handler failed (no dialog)");
+  await conv.close();
+});
+
 test("agent: session.created's, each agent.transferred's, and a resume's when it names one", async () => {
   const { gw, conv, sock } = await started();
   assert.equal(conv.agent, "test");
@@ -1436,6 +1504,95 @@ test("the backoff starts at 50 ms, doubles, is capped, and is fully jittered", a
     [50, 100, 200, 300, 0, 0],
   );
   await conv.close();
+});
+
+/**
+ * Make every backoff wait (the ones under a second: not `attemptTimeout`, not close()'s) last a
+ * minute, so that within a test only `retryNow()` ends one; jitter at its top (0.999).
+ * @returns {number[]} the backoff waits the loop asked for, ms, in order.
+ */
+function stretchBackoff(t) {
+  const realSetTimeout = globalThis.setTimeout;
+  const waits = [];
+  t.mock.method(globalThis, "setTimeout", (fn, ms, ...args) => {
+    if (ms >= 1_000) return realSetTimeout(fn, ms, ...args);
+    waits.push(Math.round(ms / 0.999));
+    return realSetTimeout(fn, 60_000, ...args).unref(); // never keeps a failed test's process alive
+  });
+  t.mock.method(Math, "random", () => 0.999);
+  return waits;
+}
+
+test("retryNow() cuts the wait between reconnect attempts short; the backoff keeps growing; nothing is lost", async (t) => {
+  const { gw, conv, sock } = await started({ maxReconnectDelay: 60_000 });
+  const waits = stretchBackoff(t);
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  assert.equal(conv.retryNow(), false); // connected: nothing to cut short
+
+  gw.refuse = Infinity;
+  sock.drop(1006);
+  await gw.until(() => gw.attempts.length === 2); // the first attempt goes at once: refused
+  await flush(); // the loop waits now
+  assert.deepEqual(waits, [50]);
+  const away = await conv.post("while away");
+  assert.equal(conv.retryNow(), true);
+  assert.equal(conv.retryNow(), false); // cut short already: the attempt is on its way
+  await gw.until(() => gw.attempts.length === 3); // at once, and refused again
+  await flush();
+  assert.deepEqual(waits, [50, 100]); // the backoff grew as without retryNow()
+  assert.equal(conv.state, "reconnecting");
+
+  gw.refuse = 0; // the network is back
+  assert.equal(conv.retryNow(), true);
+  const sock2 = await gw.socket(1);
+  assert.equal(conv.retryNow(), false); // an attempt in flight
+  assert.equal((await sock2.next("session.resume")).last_seq, 1);
+  assert.equal(conv.retryNow(), false); // still in flight: the answer has not come
+  sock2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
+  assert.equal((await sock2.next("user.message")).id, away); // sent again on the new socket
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  assert.equal(conv.retryNow(), false); // connected
+  await flush();
+  assert.equal(gw.attempts.length, 4); // one attempt per retryNow(): never a second loop
+  assert.deepEqual(waits, [50, 100]);
+  assert.deepEqual(states, ["reconnecting", "open"]);
+  await conv.close();
+  assert.equal(conv.retryNow(), false); // closed
+});
+
+test("retryNow(): false before connect(); between a first connect's attempts it dials at once; giveUpAfter counts on", async (t) => {
+  const waits = stretchBackoff(t);
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, maxReconnectDelay: 60_000 });
+  assert.equal(conv.retryNow(), false); // nothing started
+  assert.equal(gw.attempts.length, 0);
+  gw.refuse = 1;
+  const connecting = conv.connect();
+  await gw.until(() => gw.attempts.length === 1);
+  await flush();
+  assert.equal(conv.state, "connecting");
+  assert.equal(conv.retryNow(), true);
+  await connecting;
+  assert.equal(gw.attempts.length, 2);
+  assert.deepEqual(waits, [50]);
+  await conv.close();
+
+  // retryNow() does not restart the give-up count: the attempt it makes fails like any other
+  let clock = 1000;
+  t.mock.method(performance, "now", () => clock);
+  const { gw: gw2, conv: conv2, sock } = await started({ giveUpAfter: 100, maxReconnectDelay: 60_000 });
+  gw2.refuse = Infinity;
+  sock.drop(1006);
+  await gw2.until(() => gw2.attempts.length === 2); // failing since 1000
+  await flush();
+  clock = 1150;
+  assert.equal(conv2.retryNow(), true);
+  await assert.rejects(conv2.events().next(), (err) => err instanceof SessionClosed && err.reason === "could not reach the gateway for 0.1 s");
+  assert.equal(gw2.attempts.length, 3);
+  assert.equal(conv2.state, "closed");
+  assert.equal(conv2.retryNow(), false);
 });
 
 test("close() while reconnecting stops the retries", async () => {

@@ -89,7 +89,11 @@ export class Reconnector {
     this._startAskedAt = 0;
     /** true while resume() attaches to a saved session (not a reconnect) */
     this._attaching = false;
-    /** @type {(() => void) | null} cuts the reconnect backoff short */
+    /**
+     * @type {(() => void) | null} ends the wait between two attempts now under way (set while
+     * `loop()` waits): the loop then tries again (`retryNow()`), or stops (`stop()`: the
+     * conversation ended).
+     */
     this._wake = null;
   }
 
@@ -131,6 +135,20 @@ export class Reconnector {
     const outcome = await this._resumeOnce();
     this._attaching = false;
     return outcome;
+  }
+
+  /**
+   * Cut the wait between two attempts short: the loop's next attempt starts at once, and the
+   * wait after it, should it fail too, is as long as it would have been (the backoff grows).
+   * The give-up count goes on from the first failure.
+   * @returns {boolean} true when a wait was cut short; false when none was under way
+   *   (connected, closed, an attempt in flight, nothing started yet).
+   */
+  retryNow() {
+    const wake = this._wake;
+    if (wake === null || this._host.ended()) return false;
+    wake(); // the loop goes on with its next attempt: no second loop
+    return true;
   }
 
   /** The conversation ended: stop waiting, drop the attempt in flight. */
@@ -438,7 +456,7 @@ export class Reconnector {
     });
   }
 
-  /** Wait `ms`, or less when the conversation ends. */
+  /** Wait `ms`, or less when `retryNow()` cuts it short or the conversation ends. */
   _sleep(ms) {
     return new Promise((resolve) => {
       const done = () => {
