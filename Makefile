@@ -60,13 +60,13 @@ $(WS_PACKAGE): | system-packages
 	npm install --prefix tests/js --no-audit --no-fund --silent ws@8.23.0
 
 test: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
-	node --test client_sdk/js
+	node --test client_sdk/js tests/js
 	$(BIN)/python -m pytest
 
 # The inner loop: everything but the tests marked slow (multi-node tortures and soaks, the
 # resume race, the browser, the JS SDK's drops). Every test has a timeout (pyproject.toml).
 test-fast: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
-	node --test client_sdk/js
+	node --test client_sdk/js tests/js
 	$(BIN)/python -m pytest -m "not slow"
 
 # The long multi-node torture (docs/scaling.md): 300 unpaced conversations for 60 s through
