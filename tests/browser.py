@@ -4,11 +4,19 @@ CI keeps it as an artifact)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from playwright.async_api import Locator, Page, ViewportSize, async_playwright, expect
+from playwright.async_api import (
+    Locator,
+    Page,
+    ViewportSize,
+    WebSocketRoute,
+    async_playwright,
+    expect,
+)
 
 from tests.support import Gateway
 
@@ -17,6 +25,7 @@ __all__ = [
     "GREETING",
     "PHONE",
     "VIEWPORTS",
+    "SocketGate",
     "answered",
     "base_url",
     "last_answer",
@@ -45,6 +54,32 @@ VIEWPORTS = {"desktop": DESKTOP, "phone": PHONE}
 """The two sizes every layout test runs at (pytest ids: desktop, phone)."""
 
 
+class SocketGate:
+    """Every WebSocket of a page goes through Playwright's WebSocket route, to the gateway. While
+    ``down``, a new one is closed at once with 1013 ("try again"), as by a gateway that cannot
+    take it yet: the SDK backs off and tries again. That is an outage the test switches off."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.refused = 0
+        self._changed = asyncio.Event()
+
+    async def route(self, ws: WebSocketRoute) -> None:
+        if self.down:
+            self.refused += 1
+            self._changed.set()
+            await ws.close(code=1013, reason="the test's outage")
+            return
+        ws.connect_to_server()
+
+    async def refusals(self, count: int) -> None:
+        """Wait until ``count`` attempts were refused in all."""
+        async with asyncio.timeout(20):
+            while self.refused < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+
 def base_url(gateway: Gateway) -> str:
     """The gateway's HTTP root, where it serves the demo page."""
     return gateway.url.replace("ws://", "http://").removesuffix("/v1/realtime")
@@ -58,16 +93,23 @@ async def open_page(
     *,
     path: str = "/",
     wait_open: bool = True,
+    gate: SocketGate | None = None,
+    permissions: Sequence[str] = (),
 ) -> AsyncIterator[Page]:
     """The demo page in a fresh browser, connected (unless ``wait_open`` is false); saves
-    ``test-output/<shot>.png`` when the test is done with it, passed or failed."""
+    ``test-output/<shot>.png`` when the test is done with it, passed or failed. With a
+    ``gate``, its sockets go through it (an outage the test controls)."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=FLAGS
         )
         phone = viewport["width"] < 900
-        context = await browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
+        context = await browser.new_context(
+            viewport=viewport, is_mobile=phone, has_touch=phone, permissions=list(permissions)
+        )
         page = await context.new_page()
+        if gate is not None:
+            await page.route_web_socket("**/v1/realtime**", gate.route)
         page.set_default_timeout(10_000)
         try:
             await page.goto(base_url(gateway) + path)

@@ -160,7 +160,7 @@ async def test_with_auth_on_the_page_connects_with_a_token_from_its_url():
             (driver,) = gateway.runtime.drivers.values()
             assert driver.session.principal.name == "key:backend/user:demo-user"
             await page.reload()  # the token was kept for this tab: the session resumes
-            await expect(page.locator("#messages")).to_contain_text("restored after the reload")
+            await expect(page.locator("#banner")).to_contain_text("restored after the reload")
             await expect(last_answer(page)).to_contain_text(GREETING)
             assert list(gateway.runtime.drivers) == [driver.session_id]
 
@@ -242,7 +242,7 @@ async def test_a_tool_result_is_a_card_with_its_json_on_demand(
         row = answer.locator('.activity[data-tool="check_stock"]')
         await expect(row).to_have_attribute("data-status", "completed")
         card = row.locator(".kv")
-        await expect(card.locator("dt", has_text="in_stock")).to_be_visible()
+        await expect(card.locator('dt[data-key="in_stock"]')).to_have_text("In stock")
         await expect(card.locator("dd").first).to_be_visible()
         raw = row.locator("details.json pre")
         await expect(raw).to_be_hidden()

@@ -3,6 +3,8 @@
 // asks the user to approve a call of a tool marked `confirm` (Approve / Decline), and the card
 // of a widget tool's call, which the user answers (a choice, Yes / No, a form).
 
+import { displayOf, labelOf } from "./format.js";
+
 /** The first element matching `selector` under `root`. */
 export const $ = (selector, root = document) => root.querySelector(selector);
 
@@ -39,15 +41,19 @@ function scalar(value) {
 /**
  * A value as a key/value card: an object's fields (or an array's items) as rows, one level of
  * nesting as a card in the row, anything deeper as one line of JSON. Scalars are plain text.
+ * Keys and values read as people say them (format.js: "In stock: yes", "Level: 100%",
+ * "Distance: 0 km"); each row keeps its key in data-key, and the raw JSON is one click away.
  */
 export function kvCard(value, depth = 0) {
   if (value === null || typeof value !== "object") return el("span", { class: "kv-scalar" }, scalar(value));
-  const entries = Array.isArray(value) ? value.map((item, i) => [String(i + 1), item]) : Object.entries(value);
-  if (entries.length === 0) return el("span", { class: "kv-scalar muted" }, Array.isArray(value) ? "(none)" : "(empty)");
+  const list = Array.isArray(value);
+  const entries = list ? value.map((item, i) => [String(i + 1), item]) : Object.entries(value);
+  if (entries.length === 0) return el("span", { class: "kv-scalar muted" }, list ? "(none)" : "(empty)");
   const card = el("dl", { class: "kv" });
   for (const [key, item] of entries.slice(0, MAX_ROWS)) {
     const nested = item !== null && typeof item === "object";
-    card.append(el("dt", {}, key), el("dd", {}, nested ? (depth < 1 ? kvCard(item, depth + 1) : compact(item, 120)) : scalar(item)));
+    const shown = nested ? (depth < 1 ? kvCard(item, depth + 1) : compact(item, 120)) : list ? scalar(item) : displayOf(key, item, value);
+    card.append(el("dt", { "data-key": key, title: list ? null : key }, list ? key : labelOf(key, item)), el("dd", { "data-key": key }, shown));
   }
   if (entries.length > MAX_ROWS) card.append(el("dt", {}, "…"), el("dd", { class: "muted" }, `${entries.length - MAX_ROWS} more in the JSON`));
   return card;

@@ -6,6 +6,11 @@ import {
   $, answerOnWidget, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, pretty, settleCard,
   settleWidget, widgetCard,
 } from "./cards.js";
+import { ConnectionBanner } from "./banner.js";
+import { ChatFollower } from "./follow.js";
+import { argsSummary, errorText } from "./format.js";
+import { addStep as drawStep, bindInspector, clearInspector, hasSeq, logEvent, restore as restoreInspector, saved as inspectorSaved } from "./inspector.js";
+import { renderMarkdown } from "./markdown.js";
 import { forget, keepToken, loadSaved, save } from "./saved.js";
 
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
@@ -74,13 +79,6 @@ const CONNECTION_LABELS = {
   connecting: "Connecting…", open: "Connected", reconnecting: "Reconnecting…", closed: "Disconnected", offline: "Offline",
 };
 const DONE_NOTES = { cancelled: "Stopped", incomplete: "Incomplete: the reply was cut short", failed: "Failed" };
-const MAX_EVENT_ROWS = 1000;
-const PREVIEW_FIRST = ["delta", "text", "tool", "status", "code", "message", "progress", "result", "error", "calls"];
-
-// ---- Small helpers -----------------------------------------------------------------------------
-
-/** Events with a real `seq`; the SDK gives connection-level events (session.resumed...) seq 0. */
-const hasSeq = (event) => typeof event.seq === "number" && event.seq > 0;
 
 // ---- State -------------------------------------------------------------------------------------
 
@@ -89,9 +87,8 @@ let sdk = null;           // the SDK module (for its error classes)
 let session = null;       // the session.created event
 let highestSeq = 0;       // events at or below it were handled already (defensive de-duplication)
 const toolInfo = new Map();    // tool name -> ToolInfo (from session.created or GET /v1/tools)
-const responses = new Map();   // response_id -> { bubble, body, text, textNode, sep, status }
+const responses = new Map();   // response_id -> { bubble, body, text, sep, status }
 const calls = new Map();       // call_id -> { id, tool, display, kind, isAsync, node, responseId }
-const lifecycles = new Map();  // call_id -> <ol> of steps in the inspector
 const running = new Set();     // response ids that have not ended
 const clientOutputs = new Map(); // call_id -> what our handler returned, shown with the ✓
 const confirms = new Map();    // call_id -> the card asking the user to approve that call
@@ -238,18 +235,12 @@ function registerClientFunctions() {
 
 // ---- Conversation rendering --------------------------------------------------------------------
 
-const nearBottom = () => chatScroll.scrollHeight - chatScroll.scrollTop - chatScroll.clientHeight < 80;
-
-/** Run `change` on the conversation, keeping it scrolled to the end if it was there. */
-function keepScrolled(change) {
-  const stick = nearBottom();
-  change();
-  if (stick) chatScroll.scrollTop = chatScroll.scrollHeight;
-}
+// The view follows the conversation as it grows (follow.js): nothing here scrolls by itself.
+const follower = new ChatFollower(chatScroll, messages, $("#to-latest"));
 
 /** Add `node` at the end of the conversation. */
 function place(node) {
-  keepScrolled(() => messages.append(node));
+  messages.append(node);
 }
 
 /**
@@ -263,9 +254,9 @@ function addPart(responseId, node) {
     return;
   }
   clearStatus(r);
-  keepScrolled(() => r.body.append(node));
-  r.text = null; // the next text starts a new paragraph, below this part
-  r.textNode = null;
+  flushText(r);
+  r.body.append(node);
+  r.text = null; // the next text starts a new block, below this part
 }
 
 function addUserBubble(text) {
@@ -276,19 +267,21 @@ function addUserBubble(text) {
 
 const recentNotes = new Map(); // text -> time, so one problem reported twice shows once
 
-/** A centred system line (connection changes, errors), optionally with an action button. */
-function addNote(text, { kind = "info", action = null } = {}) {
+/**
+ * A centred line in the conversation for what belongs to it: an error the gateway sent about
+ * no reply in particular, say. The connection's ups and downs go to the banner instead.
+ */
+function addNote(text, { kind = "info" } = {}) {
   const now = Date.now();
   if (now - (recentNotes.get(text) ?? 0) < 2000) return;
   recentNotes.set(text, now);
-  const line = el("li", { class: `msg system ${kind}` }, el("span", {}, text));
-  // Actions are named, not bound, so that a conversation redrawn after a reload still has them.
-  if (action) line.append(" ", el("button", { class: "btn btn-small", type: "button", "data-action": action }, NOTE_ACTIONS[action].label));
-  place(line);
+  place(el("li", { class: `msg system ${kind}` }, el("span", {}, text)));
 }
 
-const NOTE_ACTIONS = {
-  restart: { label: "Start again", run: () => { forget(); location.reload(); } },
+/** Buttons inside the conversation, named (not bound) so that a conversation redrawn after a
+ * reload still has them. */
+const MESSAGE_ACTIONS = {
+  copy: (button) => copyReply(button),
 };
 
 /** The assistant message of a response, created on response.created (or lazily on a stray delta). */
@@ -307,31 +300,81 @@ function ensureResponse(responseId, created = {}) {
     body.append(el("span", { class: "msg-label" }, `↻ Async update · ${call ? call.display : "tool result"}`));
   }
   place(bubble);
-  r = { bubble, body, text: null, textNode: null, sep: false, status: null };
+  r = { bubble, body, text: null, sep: false, status: null, dirty: false };
   responses.set(responseId, r);
   running.add(responseId); // until its response.done
   updateStop();
   return r;
 }
 
+// ---- Text: each model step's text is Markdown, kept raw in data-md and drawn safely ---------------
+
+const dirty = new Set(); // responses whose text changed since it was last drawn
+let drawScheduled = false;
+
+/**
+ * Add a delta to the response's current text block. The block is drawn again from its whole
+ * Markdown at the next frame (a delta may end mid-word or mid-marker, and the next one may
+ * close a list or a code fence), and at once when the step or the reply ends.
+ */
 function appendDelta(responseId, delta) {
   const r = ensureResponse(responseId);
   clearStatus(r);
-  keepScrolled(() => {
-    if (!r.text) r.body.append((r.text = el("p", { class: "msg-text" })));
-    if (!r.textNode) r.text.append((r.textNode = document.createTextNode("")));
-    // A new model step (after text.done) starts with a space, so steps do not run together.
-    if (r.sep && r.textNode.data && !/\s$/.test(r.textNode.data)) r.textNode.appendData(" ");
-    r.sep = false;
-    r.textNode.appendData(delta);
-  });
+  if (!r.text) r.body.append((r.text = el("div", { class: "msg-text md", "data-md": "" })));
+  let raw = r.text.dataset.md ?? "";
+  // A new model step (after text.done) starts with a space, so steps do not run together.
+  if (r.sep && raw && !/\s$/.test(raw)) raw += " ";
+  r.sep = false;
+  r.text.dataset.md = raw + delta;
+  dirty.add(r);
+  if (!drawScheduled) {
+    drawScheduled = true;
+    requestAnimationFrame(drawDirty);
+  }
+}
+
+function drawDirty() {
+  drawScheduled = false;
+  for (const r of dirty) flushText(r);
+}
+
+/** Draw the response's current text block from its Markdown now (no HTML from the model). */
+function flushText(r) {
+  if (!dirty.delete(r) || !r.text) return;
+  r.text.replaceChildren(renderMarkdown(r.text.dataset.md ?? ""));
+}
+
+/** The reply's text as the model wrote it (Markdown): every block of it, in order. */
+function replyMarkdown(bubble) {
+  return [...bubble.querySelectorAll(".msg-text[data-md]")].map((node) => node.dataset.md.trim()).filter(Boolean).join("\n\n");
+}
+
+/** Copy a reply's Markdown; the button says it worked. */
+async function copyReply(button) {
+  const bubble = button.closest(".msg.assistant");
+  if (!bubble) return;
+  const text = replyMarkdown(bubble);
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    // no Clipboard API (an http page that is not localhost): the old way
+    const area = el("textarea", { class: "visually-hidden", "aria-hidden": "true" });
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  button.dataset.copied = "true";
+  button.textContent = "✓ Copied";
+  setTimeout(() => { button.textContent = "Copy"; delete button.dataset.copied; }, 1500);
 }
 
 /** A discreet line under the response (the model is being retried); gone with the next part. */
 function setStatus(r, text) {
   clearStatus(r);
   r.status = el("p", { class: "msg-retry", role: "status" }, text);
-  keepScrolled(() => r.body.append(r.status));
+  r.body.append(r.status);
 }
 
 function clearStatus(r) {
@@ -348,6 +391,7 @@ function onRetrying(event) {
 
 /** An error event: in the response it ended when it names one, else a line of its own. */
 function onError(event) {
+  if (event.in_reply_to) sentQueued(event.in_reply_to);
   const r = event.response_id ? responses.get(event.response_id) : null;
   if (!r) {
     addNote(`${event.code}: ${event.message}`, { kind: "error" });
@@ -359,11 +403,16 @@ function onError(event) {
 function finishResponse(event) {
   const r = ensureResponse(event.response_id);
   clearStatus(r);
+  flushText(r); // drawn before the state says "done"
   const state = event.status === "completed" ? "done" : String(event.status || "done");
-  r.bubble.dataset.state = state;
-  r.bubble.setAttribute("aria-busy", "false");
   if (!r.body.querySelector(".msg-text, .activity, .chip, .confirm, .widget, .msg-error")) r.bubble.classList.add("empty");
   if (DONE_NOTES[state]) r.body.append(el("span", { class: "msg-status" }, DONE_NOTES[state]));
+  if (replyMarkdown(r.bubble)) {
+    r.body.append(el("div", { class: "msg-actions" },
+      el("button", { class: "btn btn-ghost btn-small msg-copy", type: "button", "data-action": "copy", title: "Copy the reply (Markdown)" }, "Copy")));
+  }
+  r.bubble.dataset.state = state;
+  r.bubble.setAttribute("aria-busy", "false");
   running.delete(event.response_id);
   updateStop();
   chime();
@@ -393,9 +442,22 @@ function addActivity(call, args) {
   addPart(call.responseId, call.node);
 }
 
-/** A call's arguments on one line: zip_code 92031 · section display. */
+/** A call's arguments on one line, as people read them: "Zip code 92031 · Section display". */
 function argsLine(args) {
-  return Object.entries(args).map(([key, value]) => `${key} ${typeof value === "string" ? value : compact(value, 60)}`).join(" · ");
+  return argsSummary(args, 60);
+}
+
+/**
+ * An approved call runs on its confirmation card: one card whose state changes (asking →
+ * approved → running → done, with the result), not a second, near-identical tool row.
+ */
+function adoptCard(call, card) {
+  call.node = card;
+  call.isAsync = false; // the card shows pending and progress as a tool row does
+  call.onCard = true;
+  if (!$(".activity-state", card)) $(".confirm-head", card).append(el("span", { class: "activity-state" }, "running…"));
+  if (!$(".activity-result", card)) card.append(el("div", { class: "activity-result" }));
+  card.dataset.run = "running";
 }
 
 function updateActivity(call, event) {
@@ -407,7 +469,8 @@ function updateActivity(call, event) {
     state.textContent = `… ${event.progress?.stage ?? compact(event.progress, 50)}`;
     return;
   }
-  call.node.dataset.status = status;
+  // A confirmation card keeps data-status "approved" (its question's fate); the run's is data-run.
+  call.node.dataset[call.onCard ? "run" : "status"] = status;
   const raw = {};
   if (call.args !== undefined) raw.args = call.args;
   if (status === "completed") {
@@ -420,10 +483,10 @@ function updateActivity(call, event) {
     }
   } else {
     state.textContent = status === "expired" ? "⏱ expired" : status === "cancelled" ? "⊘ cancelled" : "✗ failed";
-    if (event.error) result.replaceChildren(el("p", { class: "activity-error" }, event.error));
+    if (event.error) result.replaceChildren(el("p", { class: "activity-error" }, errorText(event.error)));
     raw.error = event.error ?? status;
   }
-  keepScrolled(() => call.node.append(jsonDetails(raw)));
+  call.node.append(jsonDetails(raw));
 }
 
 /** The chip of an async server tool: pending (spinner) → progress (stage) → completed / failed. */
@@ -456,7 +519,7 @@ function updateAsyncChip(call, event) {
     call.node.dataset.status = "completed";
   } else {
     // failed (also cancelled or expired, which the gateway does not send for async calls today)
-    detail.textContent = `${event.status}: ${event.error ?? "no result"}`;
+    detail.textContent = `${event.status}: ${errorText(event.error ?? "no result")}`;
     icon.textContent = "✗";
     call.node.dataset.status = "failed";
   }
@@ -502,9 +565,15 @@ function settleConfirm(callId, event) {
   if (!card) return false;
   if (card.dataset.status === "asking" || card.dataset.status === "answered") {
     const outcome = event ? confirmOutcome(event) : "approved";
-    keepScrolled(() => settleCard(card, outcome, outcome === "approved" ? null : event?.error));
+    settleCard(card, outcome, outcome === "approved" ? null : errorText(event?.error ?? ""));
   }
   return card.dataset.status !== "approved";
+}
+
+/** The confirmation card of an approved call, which the call then runs on; else null. */
+function approvedCard(callId) {
+  const card = confirms.get(callId);
+  return card?.isConnected && card.dataset.status === "approved" ? card : null;
 }
 
 // ---- Widgets: a widget tool's call is answered by the user, on a card in the reply ------------
@@ -551,7 +620,7 @@ function settleWidgetCall(event) {
   addStep(event.call_id, event.tool, event.status, event.duplicate ? "duplicate" : event.error ?? null);
   const ended = ["completed", "failed", "expired", "cancelled"].includes(event.status);
   if (ended && !event.duplicate && ["asking", "answered"].includes(card.dataset.status)) {
-    keepScrolled(() => settleWidget(card, event.status, event.error));
+    settleWidget(card, event.status, event.error ? errorText(event.error) : null);
   }
   return true;
 }
@@ -569,13 +638,15 @@ function handleEvent(event) {
     switch (event.type) {
       case "session.created": onSession(event); break;
       case "response.created":
+        if (event.in_reply_to) sentQueued(event.in_reply_to);
         ensureResponse(event.response_id, event);
         if (event.call_id) addStep(event.call_id, null, "delivered", event.response_id);
         break;
       case "text.delta": appendDelta(event.response_id, event.delta ?? ""); break;
       case "text.done": {
         const r = ensureResponse(event.response_id);
-        if (!r.textNode && event.text) appendDelta(event.response_id, event.text); // deltas were missed
+        if (!r.text && event.text) appendDelta(event.response_id, event.text); // deltas were missed
+        flushText(r);
         r.sep = true;
         break;
       }
@@ -623,7 +694,11 @@ function onClientCall(c, responseId) {
   }
   const call = { id: c.call_id, tool: c.tool, display: c.display_name || displayName(c.tool), kind: "client", responseId };
   calls.set(c.call_id, call);
-  addActivity(call, c.args ?? {});
+  const card = approvedCard(c.call_id);
+  if (card) {
+    call.args = c.args ?? {};
+    adoptCard(call, card);
+  } else addActivity(call, c.args ?? {});
   addStep(c.call_id, c.tool, "requested", compact(c.args ?? {}, 60));
 }
 
@@ -640,7 +715,9 @@ function onToolStatus(event) {
     const isAsync = event.status === "pending" || info?.execution === "async";
     call = { id: event.call_id, tool: event.tool, display: displayName(event.tool), kind, isAsync, responseId: event.response_id };
     calls.set(event.call_id, call);
-    if (kind === "server" && isAsync) addAsyncChip(call);
+    const card = approvedCard(event.call_id);
+    if (card) adoptCard(call, card);
+    else if (kind === "server" && isAsync) addAsyncChip(call);
     else addActivity(call, undefined); // server tools' arguments are not sent to the client
   }
   const detail = event.status === "progress" ? (event.progress?.stage ?? compact(event.progress, 40))
@@ -657,9 +734,9 @@ function onResumed(event) {
     loadTools(currentAgent);
   }
   const missed = Math.max(0, (event.last_seq ?? 0) - (event.replayed_from ?? 0) + 1);
-  const replayed = `${missed} missed event${missed === 1 ? "" : "s"} replayed`;
-  if (reloaded) addNote(`↻ Conversation restored after the reload: same session, ${replayed}.`, { kind: "ok" });
-  else addNote(`↻ Connection restored: session resumed, ${replayed}.`, { kind: "ok" });
+  if (reloaded) banner.restored();
+  else banner.back(missed);
+  sentQueued(); // the outbox went out again on the new socket
   for (const c of event.open_calls ?? []) addStep(c.call_id, c.tool, "offered again", `${Math.round(c.timeout ?? 0)} s left`);
   for (const c of event.open_confirmations ?? []) addStep(c.call_id, c.tool, "asked again", `${Math.round(c.timeout ?? 0)} s left`);
 }
@@ -677,69 +754,19 @@ function onSnapshot(event) {
     else {
       place(el("li", { class: "msg assistant", "data-state": "done" },
         el("span", { class: "avatar", "aria-hidden": "true" }, "◉"),
-        el("div", { class: "msg-body" }, el("p", { class: "msg-text" }, entry.text))));
+        el("div", { class: "msg-body" }, el("div", { class: "msg-text md", "data-md": entry.text }, renderMarkdown(entry.text)))));
     }
   }
   if (typeof event.last_seq === "number") highestSeq = event.last_seq;
   running.clear();
   updateStop();
-  addNote("Some events could not be replayed: the conversation was redrawn from the gateway's transcript (text only).", { kind: "warn" });
+  banner.warn("Some events could not be replayed: the conversation was redrawn from the gateway's transcript (text only).");
   saveConversation();
 }
 
-// ---- Event inspector ---------------------------------------------------------------------------
-
-const inspector = $("#inspector");
-const inspectorScroll = $("#inspector-scroll");
-let eventCount = 0;
-
-/** One row per protocol event: seq (– for connection-level events), type, compact JSON; expand for all of it. */
-function logEvent(event) {
-  const seq = hasSeq(event) ? String(event.seq) : "–";
-  const { type, seq: _seq, ...fields } = event;
-  // The preview leads with what differs between events; ids and empty fields come last or not at all.
-  const rest = {};
-  for (const key of PREVIEW_FIRST) if (fields[key] != null) rest[key] = fields[key];
-  for (const [key, value] of Object.entries(fields)) if (value != null && !(key in rest) && !key.endsWith("_id")) rest[key] = value;
-  for (const [key, value] of Object.entries(fields)) if (value != null && !(key in rest)) rest[key] = value;
-  const body = el("pre", { class: "event-json" });
-  const details = el("details", {},
-    el("summary", {},
-      el("span", { class: "event-seq" }, seq),
-      el("span", { class: "event-type" }, type),
-      el("code", { class: "event-preview" }, compact(rest, 160))),
-    body);
-  // Pretty JSON is rendered on first expand only: text deltas are many.
-  details.addEventListener("toggle", () => { if (details.open && !body.textContent) body.textContent = pretty(event); });
-  const stick = inspectorScroll.scrollHeight - inspectorScroll.scrollTop - inspectorScroll.clientHeight < 60;
-  inspector.append(el("li", { class: "event", "data-seq": seq, "data-type": type }, details));
-  while (inspector.childElementCount > MAX_EVENT_ROWS) inspector.firstElementChild.remove();
-  eventCount += 1;
-  $("#event-count").textContent = `${eventCount} event${eventCount === 1 ? "" : "s"}`;
-  if (stick) inspectorScroll.scrollTop = inspectorScroll.scrollHeight;
-}
-
-/** The lifecycle of a tool call: requested → running/pending → progress… → completed (grouped by call id). */
+/** A step in the life of a tool call, in the inspector's call list. */
 function addStep(callId, tool, step, detail) {
-  let steps = lifecycles.get(callId);
-  if (!steps) {
-    steps = el("ol", { class: "steps" });
-    const name = tool ?? calls.get(callId)?.tool ?? "tool";
-    $("#call-list").append(el("li", { class: "call", "data-call-id": callId },
-      el("div", { class: "call-head" }, el("strong", {}, name), " ", el("code", {}, callId)), steps));
-    lifecycles.set(callId, steps);
-    $(".call-empty").hidden = true;
-  }
-  steps.append(el("li", { class: "step", "data-step": step, title: detail ?? undefined },
-    step, detail ? el("span", { class: "step-detail" }, ` ${detail}`) : null));
-}
-
-function bindInspector() {
-  $("#clear-events").addEventListener("click", () => {
-    inspector.replaceChildren();
-    eventCount = 0;
-    $("#event-count").textContent = "0 events";
-  });
+  drawStep(callId, tool ?? calls.get(callId)?.tool, step, detail);
 }
 
 // ---- Tools panel: GET /v1/tools, and POST /v1/tools/{name}/test for server tools ---------------
@@ -773,10 +800,26 @@ function renderAgent(info) {
     return chip;
   }));
   row.hidden = prompts.length === 0;
+  fadeChips();
   showAgent(currentAgent ?? info?.agent);
   $("#model-note").textContent = info ? `Model: ${modelName(info)}.${prompts.length ? " Try the suggestions below." : ""}` : "";
   if (toolList) renderTools(...toolList);
   refreshNetworkInfo();
+}
+
+/** Mark the side(s) of the chip row with more chips to scroll to: the CSS fades them out. */
+function fadeChips() {
+  const row = $("#suggestions");
+  const left = row.scrollLeft > 1;
+  const right = row.scrollLeft + row.clientWidth < row.scrollWidth - 1;
+  if (left || right) row.dataset.more = left && right ? "both" : left ? "left" : "right";
+  else delete row.dataset.more;
+}
+
+function bindChips() {
+  const row = $("#suggestions");
+  row.addEventListener("scroll", fadeChips, { passive: true });
+  new ResizeObserver(fadeChips).observe(row);
 }
 
 let currentAgent = null; // the agent the session is with, once it is not the gateway's own
@@ -864,6 +907,36 @@ function renderTools(tools, agent) {
   }
 }
 
+/**
+ * An API key typed into the tools panel, for POST /v1/tools/{name}/test: that endpoint runs a
+ * tool with no user and no confirmation, so it takes a backend's API key, never a page's client
+ * token. Kept in memory only (gone with the page): a key never goes to storage.
+ */
+let testKey = null;
+
+/** The credential for running a tool: the key typed in, else the page's own (enough under --no-auth). */
+async function toolTestHeaders() {
+  return testKey ? { authorization: `Bearer ${testKey}` } : await authHeaders();
+}
+
+/** A 401 from the test endpoint: ask for an API key, then run again with it. */
+function askForKey(data, rerun) {
+  const id = `tool-key-${Math.random().toString(36).slice(2)}`;
+  const field = el("input", { id, class: "tool-key", type: "password", autocomplete: "off", placeholder: "API key" });
+  const use = el("button", { class: "btn btn-small tool-key-use", type: "button" }, "Use this key");
+  use.addEventListener("click", () => {
+    const key = field.value.trim();
+    if (!key) return field.focus();
+    testKey = key;
+    rerun();
+  });
+  field.addEventListener("keydown", (e) => { if (e.key === "Enter") use.click(); });
+  return el("div", { class: "tool-auth" },
+    el("p", { class: "tool-problem" }, `${data?.error ?? "unauthorized"}. Running a tool from here takes an API key (a page's client token may not: it would run the tool with no user and no confirmation). Paste one to try; it stays in this page's memory only.`),
+    el("label", { for: id, class: "visually-hidden" }, "API key"),
+    el("div", { class: "tool-key-row" }, field, use));
+}
+
 async function runTool(name, input, button, output) {
   const show = (ok, heading, body) => {
     output.replaceChildren(el("p", { class: "tool-output-head" }, heading), body);
@@ -889,7 +962,7 @@ async function runTool(name, input, button, output) {
   try {
     const query = toolList?.[1] ? `?agent=${encodeURIComponent(toolList[1])}` : "";
     const response = await fetch(`/v1/tools/${encodeURIComponent(name)}/test${query}`, {
-      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+      method: "POST", headers: { "content-type": "application/json", ...(await toolTestHeaders()) }, body: JSON.stringify(body),
     });
     let data;
     try { data = await response.json(); } catch { data = { error: `HTTP ${response.status} ${response.statusText}` }; }
@@ -897,7 +970,10 @@ async function runTool(name, input, button, output) {
     const ok = response.ok && data?.error == null;
     const where = response.ok ? `${ms} ms` : `HTTP ${response.status}`;
     if (ok) show(true, `✓ Output · ${where}`, el("div", {}, kvCard(data.output), jsonDetails(data.output)));
-    else show(false, `✗ Error · ${where}`, problem(String(data?.error ?? "unknown error")));
+    else if (response.status === 401) {
+      if (testKey) testKey = null; // that key did not do: ask again
+      show(false, `✗ Needs an API key · ${where}`, askForKey(data, () => runTool(name, input, button, output)));
+    } else show(false, `✗ Error · ${where}`, problem(String(data?.error ?? "unknown error")));
   } catch (err) {
     show(false, "✗ Request failed", problem(err.message));
   } finally {
@@ -905,21 +981,27 @@ async function runTool(name, input, button, output) {
   }
 }
 
-// ---- Connection state pill ---------------------------------------------------------------------
+// ---- Connection: the pill in the header, and one banner while it is not simply fine -------------
 
 let socketState = "connecting"; // what the SDK says of the WebSocket
 let socketReconnects = 0;
 let online = navigator.onLine !== false; // what the browser says of the network
 
-function setConnection({ state, reconnects } = {}) {
+const banner = new ConnectionBanner($("#banner"), { retry: retryNow, restart: newChat });
+
+function setConnection({ state, reconnects, error } = {}) {
   const previous = socketState;
   socketState = state in CONNECTION_LABELS ? state : "closed";
   socketReconnects = Number(reconnects ?? conv?.reconnects ?? 0) || 0;
   renderPill();
-  if (state === "reconnecting" && previous === "open") addNote("Connection dropped: reconnecting. The session waits on the gateway.", { kind: "warn" });
-  if (state === "closed" && previous !== "closed") {
+  if (socketState === "reconnecting" && previous !== "reconnecting") {
+    if (online) banner.reconnecting();
+    else banner.offline();
+  }
+  if (socketState === "closed" && previous !== "closed") {
     forget(); // nothing left to resume on a reload
-    addNote("The connection to the gateway is closed: this session is over.", { kind: "error", action: "restart" });
+    const why = error?.message ? ` (${error.message})` : "";
+    banner.closed(`This conversation has ended: the connection to the gateway is closed${why}.`);
   }
 }
 
@@ -930,20 +1012,51 @@ function renderPill() {
   const state = online || socketState === "closed" ? socketState : "offline";
   pill.dataset.state = state;
   pill.dataset.reconnects = String(socketReconnects);
-  $(".pill-label", pill).textContent = `${CONNECTION_LABELS[state]}${socketReconnects ? ` · resumed ${socketReconnects}×` : ""}`;
+  $(".pill-label", pill).textContent = CONNECTION_LABELS[state];
+  pill.title = `${CONNECTION_LABELS[state]}${socketReconnects ? ` · resumed ${socketReconnects}×` : ""}: the WebSocket to the gateway; a dropped socket is resumed without losing events`;
   refreshNetworkInfo();
+}
+
+/** Try to reconnect at once (the banner's Retry now, the network back, the tab shown again). */
+function retryNow() {
+  if (typeof conv?.retryNow === "function") conv.retryNow();
 }
 
 function bindNetwork() {
   window.addEventListener("offline", () => {
     online = false;
     renderPill();
-    addNote("The browser is offline: the session waits on the gateway and resumes when the network is back.", { kind: "warn" });
+    if (socketState !== "closed") banner.offline();
   });
   window.addEventListener("online", () => {
     online = true;
     renderPill();
+    if (socketState === "open") banner.back(0); // the socket held: nothing was missed
+    else if (socketState === "reconnecting") banner.reconnecting();
+    retryNow(); // no point waiting out the backoff: the network is back now
   });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") retryNow();
+  });
+}
+
+// ---- Messages sent while the connection is down: queued, then sent -------------------------------
+
+const QUEUED_NOTE = "Queued: it goes out when the connection is back";
+
+/** Mark a user message that could not go out yet (the SDK keeps it and sends it on resume). */
+function markQueued(bubble) {
+  bubble.dataset.queued = "true";
+  bubble.append(el("span", { class: "msg-status msg-queued" }, `◷ ${QUEUED_NOTE}`));
+}
+
+/** The connection is back and the SDK sent its outbox again: nothing is queued any more. */
+function sentQueued(messageId = null) {
+  const selector = messageId ? `.msg.user[data-message-id="${CSS.escape(messageId)}"][data-queued]` : ".msg.user[data-queued]";
+  for (const bubble of messages.querySelectorAll(selector)) {
+    delete bubble.dataset.queued;
+    $(".msg-queued", bubble)?.remove();
+  }
 }
 
 // ---- Composer, suggestions, keyboard -----------------------------------------------------------
@@ -959,10 +1072,12 @@ async function send(raw) {
   const text = String(raw ?? "").trim();
   if (!text) return;
   const bubble = addUserBubble(text);
+  follower.toBottom(); // sending always shows the newest message
   try {
     const client = await ready;
     const id = await client.post(text);
     if (id) bubble.dataset.messageId = id;
+    if (!online || client.state !== "open") markQueued(bubble);
   } catch (err) {
     bubble.dataset.state = "failed";
     bubble.append(el("span", { class: "msg-status" }, "Not sent"));
@@ -997,8 +1112,9 @@ function bindComposer() {
   composer.addEventListener("input", autosize);
   stopButton.addEventListener("click", stop);
   messages.addEventListener("click", (e) => {
-    const action = e.target.closest?.("[data-action]")?.dataset.action;
-    if (action && NOTE_ACTIONS[action]) NOTE_ACTIONS[action].run();
+    const button = e.target.closest?.("[data-action]");
+    const action = button ? MESSAGE_ACTIONS[button.dataset.action] : null;
+    if (action) action(button);
   });
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape" || e.defaultPrevented) return;
@@ -1061,7 +1177,7 @@ function bindTabs() {
 
 let reloaded = false; // this page resumed the session of the page before it
 
-/** Keep the conversation as drawn, with its cursor, for a reload of this tab. */
+/** Keep the conversation as drawn, with its cursor and the inspector, for a reload of this tab. */
 function saveConversation() {
   if (!session || socketState === "closed") return;
   save({
@@ -1070,25 +1186,29 @@ function saveConversation() {
     html: messages.innerHTML,
     responses: [...responses].map(([id, r]) => ({ id, sep: r.sep })),
     calls: [...calls.values()].map(({ node, ...call }) => call),
+    inspector: inspectorSaved(),
   });
 }
 
 /** Draw the saved conversation again, and rebuild what the event handlers look up. */
 function restoreConversation(saved) {
-  messages.innerHTML = saved.html;
+  messages.innerHTML = saved.html; // this page's own markup (the model's text in it is escaped)
   for (const { id, sep } of saved.responses ?? []) {
     const bubble = messages.querySelector(`.msg.assistant[data-response-id="${CSS.escape(id)}"]`);
     if (!bubble) continue;
     const body = $(".msg-body", bubble);
     const last = body.lastElementChild;
-    const text = last?.classList.contains("msg-text") ? last : null;
-    const textNode = text?.lastChild?.nodeType === Node.TEXT_NODE ? text.lastChild : null;
+    // A reply still streaming goes on in its last text block.
+    const text = last?.classList.contains("msg-text") && last.dataset.md !== undefined ? last : null;
     $(".msg-retry", body)?.remove();
-    responses.set(id, { bubble, body, text, textNode, sep, status: null });
+    responses.set(id, { bubble, body, text, sep, status: null });
     if (bubble.dataset.state === "streaming") running.add(id);
   }
   for (const call of saved.calls ?? []) {
-    const node = messages.querySelector(`[data-call-id="${CSS.escape(call.id)}"]:not(.msg):not(.confirm)`);
+    const id = CSS.escape(call.id);
+    const node = call.onCard
+      ? messages.querySelector(`.confirm[data-call-id="${id}"]`)
+      : messages.querySelector(`[data-call-id="${id}"]:not(.msg):not(.confirm)`);
     if (node) calls.set(call.id, { ...call, node });
   }
   // Cards still waiting: their buttons wait for the new SDK to ask again (open_confirmations).
@@ -1096,32 +1216,65 @@ function restoreConversation(saved) {
     confirms.set(card.dataset.callId, card);
     for (const button of card.querySelectorAll(".confirm-actions .btn")) button.disabled = true;
   }
+  restoreInspector(saved.inspector);
   session = saved.session;
   highestSeq = saved.last_seq;
   updateStop();
-  chatScroll.scrollTop = chatScroll.scrollHeight;
+  follower.toBottom();
 }
 
-/** Back to an empty page (the saved session could not be resumed). */
+/** Back to an empty page: the saved session could not be resumed, or a new chat starts. */
 function clearConversation() {
   messages.replaceChildren();
   responses.clear();
   calls.clear();
   confirms.clear();
+  widgets.clear();
+  clientOutputs.clear();
   running.clear();
+  dirty.clear();
+  clearInspector();
   session = null;
   highestSeq = 0;
   updateStop();
+  follower.toBottom();
+}
+
+// ---- New chat: end this session on the gateway, start a fresh one in the same page ----------------
+
+function newChat() {
+  const old = conv;
+  conv = null; // from now on nothing of the old session is drawn (see newClient)
+  forget();
+  banner.clear();
+  clearConversation();
+  setConnection({ state: "connecting", reconnects: 0 });
+  if (currentAgent !== null) {
+    currentAgent = null; // a new session starts with the gateway's own agent again
+    showAgent(agentInfo?.agent);
+    loadTools();
+  }
+  composer.value = "";
+  autosize();
+  composer.focus();
+  // Set at once: a message sent from now on waits for the new session, never the old one.
+  ready = (async () => {
+    await old?.close().catch(() => { /* it ends on the gateway after its session_ttl */ });
+    return sdk ? startSession() : boot();
+  })();
+  ready.catch(() => { /* said in the banner */ });
 }
 
 // ---- Boot: the page works (settings, tools panel) even if the SDK or the socket fails ----------
+
+let tokenSource; // what the SDK asks a token of, before every connect and resume
 
 async function boot() {
   try {
     sdk = await import(SDK_URL);
   } catch (err) {
     setConnection({ state: "closed", reconnects: 0 });
-    addNote(`Could not load the browser SDK from ${SDK_URL}: ${err.message}`, { kind: "error" });
+    banner.closed(`Could not load the browser SDK from ${SDK_URL}: ${err.message}`);
     throw err;
   }
   // The SDK asks for a token before every connect and resume: dev tokens are short-lived.
@@ -1130,18 +1283,18 @@ async function boot() {
     token = (await currentToken()) ?? undefined;
   } catch (err) {
     setConnection({ state: "closed", reconnects: 0 });
-    addNote(`Could not get a token from /v1/dev/token: ${err.message}`, { kind: "error" });
+    banner.closed(`Could not get a token from /v1/dev/token: ${err.message}`);
     throw err;
   }
   if (token === undefined) {
     addNote("This gateway requires a client token: open the page with ?token=… (minted by your backend with POST /v1/sessions).", { kind: "warn" });
   }
-  const fresh = PAGE_TOKEN === null && token !== undefined ? async () => (await devToken()) ?? "" : token;
+  tokenSource = PAGE_TOKEN === null && token !== undefined ? async () => (await devToken()) ?? "" : token;
   const saved = loadSaved();
   if (saved) {
     // A reload: draw the conversation as it was and resume its session from there.
     restoreConversation(saved);
-    const client = newClient(fresh);
+    const client = newClient();
     try {
       reloaded = true;
       await client.resume(saved.session, saved.last_seq);
@@ -1149,28 +1302,35 @@ async function boot() {
     } catch (err) {
       forget();
       clearConversation();
-      addNote(`The previous session could not be resumed (${describeError(err)}): this is a new one.`, { kind: "warn" });
+      banner.warn(`The previous conversation could not be resumed (${describeError(err)}): this is a new one.`);
     } finally {
       reloaded = false;
     }
   }
-  const client = newClient(fresh);
+  return startSession();
+}
+
+/** Connect a new client and start a new session. */
+async function startSession() {
+  const client = newClient();
   try {
     await client.connect();
     const created = await client.start();
     // "*" may have delivered session.created already; otherwise handle the one start() returns.
-    if (!session && created) handleEvent({ type: "session.created", ...created });
+    if (conv === client && !session && created) handleEvent({ type: "session.created", ...created });
   } catch (err) {
+    if (conv !== client) throw err; // a new chat replaced it meanwhile
     setConnection({ state: "closed", reconnects: client.reconnects ?? 0 });
-    addNote(`Could not start a session: ${describeError(err)}`, { kind: "error" });
+    banner.closed(`Could not start a session: ${describeError(err)}`);
     throw err;
   }
   return client;
 }
 
 /** A GatewayClient for this page; it becomes `conv`, and only its events are drawn. */
-function newClient(token) {
-  const client = new sdk.GatewayClient(WS_URL, { reconnect: true, token, maxReconnectDelay: 4000 });
+function newClient() {
+  // Reconnect attempts back off up to 2 s: a page has one user, who is waiting.
+  const client = new sdk.GatewayClient(WS_URL, { reconnect: true, token: tokenSource, maxReconnectDelay: 2000 });
   conv = client;
   registerClientFunctions();
   // Calls of tools marked confirm are asked on a card (with an SDK without onConfirm they expire).
@@ -1186,8 +1346,11 @@ function newClient(token) {
   return client;
 }
 
+// A touch screen without a mouse: no keyboard hints.
+document.documentElement.toggleAttribute("data-touch", window.matchMedia?.("(hover: none) and (pointer: coarse)").matches ?? false);
 loadSettings();
 applySettings();
+bindChips();
 bindSettings();
 bindInspector();
 bindComposer();
@@ -1197,5 +1360,8 @@ renderPill();
 loadAgent();
 loadTools();
 window.addEventListener("pagehide", saveConversation);
-const ready = boot();
-ready.catch(() => { /* reported in the conversation */ });
+$("#new-chat").addEventListener("click", () => newChat());
+// Ready to type at once, as in every chat (a touch screen shows no keyboard for it without a tap).
+composer.focus({ preventScroll: true });
+let ready = boot();
+ready.catch(() => { /* said in the banner */ });
