@@ -9,7 +9,7 @@ PORT ?= 8000
 APT_LOG := $(VENV)/apt.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast soak check fmt schema clean system-packages bench bench-quick
+.PHONY: run test test-fast soak check fmt schema clean system-packages bench bench-quick screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ test: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 test-fast: $(STAMP) system-packages check $(AIMOCK) $(WS_PACKAGE)
 	node --test client_sdk/js tests/js
 	$(BIN)/python -m pytest -m "not slow"
+
+# The screenshots of docs/web-demo.md, taken anew in headless Chromium (docs/img/web-demo-*.png).
+screenshots: $(STAMP) system-packages
+	$(BIN)/python -m tests.screenshots
 
 # The long multi-node torture (docs/scaling.md): 300 unpaced conversations for 60 s through
 # round-robin nginx to three nodes on one redis-server, sockets cut about every 4 s; once

@@ -17,9 +17,8 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 SHIPPED = {
-    "web_demo/index.html",
-    "web_demo/demo.js",
-    "web_demo/style.css",
+    # every file of the page, its ES modules included (a missing one breaks the page)
+    *(f"web_demo/{path.name}" for path in (ROOT / "web_demo").iterdir() if path.is_file()),
     "client_sdk/js/gateway-client.js",
     "client_sdk/js/protocol.schema.json",
     "gateway/demo/agent.toml",

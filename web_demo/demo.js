@@ -3,7 +3,7 @@
 // No framework and no build step: plain DOM code, served by the gateway under /demo/.
 
 import {
-  $, answerOnWidget, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, pretty, settleCard,
+  $, answerOnWidget, askOnCard, compact, confirmCard, confirmOutcome, el, jsonDetails, kvCard, settleCard,
   settleWidget, widgetCard,
 } from "./cards.js";
 import { ConnectionBanner } from "./banner.js";
@@ -12,6 +12,7 @@ import { argsSummary, errorText } from "./format.js";
 import { addStep as drawStep, bindInspector, clearInspector, hasSeq, logEvent, restore as restoreInspector, saved as inspectorSaved } from "./inspector.js";
 import { renderMarkdown } from "./markdown.js";
 import { forget, keepToken, loadSaved, save } from "./saved.js";
+import { ToolsPanel } from "./tools-panel.js";
 
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 const SDK_URL = "/sdk/gateway-client.js";
@@ -671,7 +672,7 @@ function onSession(created) {
   if (session?.session_id === created.session_id) return;
   session = created;
   for (const tool of created.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
-  if (toolsFallback) renderTools(created.tools ?? [], created.agent);
+  toolsPanel.onSession(created);
 }
 
 /** The agent handed the conversation to another: say so in the answer, show its tools. */
@@ -681,7 +682,7 @@ function onTransfer(event) {
   for (const tool of event.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
   currentAgent = event.agent;
   showAgent(currentAgent);
-  loadTools(currentAgent);
+  toolsPanel.load(currentAgent);
 }
 
 /** A call of a client function (tool.calls stands for "requested"). */
@@ -731,7 +732,7 @@ function onToolStatus(event) {
 function onResumed(event) {
   if (event.agent && event.agent !== currentAgent) {
     showAgent((currentAgent = event.agent));
-    loadTools(currentAgent);
+    toolsPanel.load(currentAgent);
   }
   const missed = Math.max(0, (event.last_seq ?? 0) - (event.replayed_from ?? 0) + 1);
   if (reloaded) banner.restored();
@@ -769,9 +770,18 @@ function addStep(callId, tool, step, detail) {
   drawStep(callId, tool ?? calls.get(callId)?.tool, step, detail);
 }
 
-// ---- Tools panel: GET /v1/tools, and POST /v1/tools/{name}/test for server tools ---------------
+// ---- The agent (GET /v1/agent) and its tools (the tools panel: tools-panel.js) -----------------
 
-let toolsFallback = false; // /v1/tools failed: show the session's tool list instead
+// The demo's own: what the panel prefills, and the chat prompt it offers (only when the agent
+// suggests that very prompt: another agent has other phrases).
+const toolsPanel = new ToolsPanel({
+  authHeaders,
+  toolInfo,
+  session: () => session,
+  example: (tool) => TOOL_EXAMPLES[tool.name] ?? null,
+  tryPrompt: (tool) => (agentInfo?.suggestions?.includes(TOOL_PROMPTS[tool.name]) ? TOOL_PROMPTS[tool.name] : null),
+  tryInChat: (prompt) => { composer.value = prompt; showView("chat"); composer.focus(); },
+});
 
 /** GET /v1/agent: the agent's name, its provider and model, its suggested prompts. */
 async function loadAgent() {
@@ -803,7 +813,7 @@ function renderAgent(info) {
   fadeChips();
   showAgent(currentAgent ?? info?.agent);
   $("#model-note").textContent = info ? `Model: ${modelName(info)}.${prompts.length ? " Try the suggestions below." : ""}` : "";
-  if (toolList) renderTools(...toolList);
+  toolsPanel.redraw();
   refreshNetworkInfo();
 }
 
@@ -827,158 +837,6 @@ let currentAgent = null; // the agent the session is with, once it is not the ga
 /** Name the agent the page talks to in its header. */
 function showAgent(agent) {
   $("#agent-name").textContent = agent ? `the ${agent} agent` : "the agent";
-}
-
-let toolList = null; // the arguments of the last renderTools, to redraw it when the agent's info arrives
-
-let toolsAsked = 0; // loadTools calls so far: only the latest one draws
-
-/** The tools of `agent` (the gateway's own when null), with their schemas, in the panel. */
-async function loadTools(agent = null) {
-  const asked = ++toolsAsked;
-  try {
-    const query = agent ? `?agent=${encodeURIComponent(agent)}` : "";
-    const response = await fetch(`/v1/tools${query}`, { headers: { accept: "application/json", ...(await authHeaders()) } });
-    if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    const data = await response.json();
-    if (asked !== toolsAsked) return;
-    for (const tool of data.tools ?? []) toolInfo.set(tool.name, tool);
-    renderTools(data.tools ?? [], data.agent);
-  } catch (err) {
-    if (asked !== toolsAsked) return;
-    toolsFallback = true;
-    $("#tools-status").textContent = `Could not load /v1/tools (${err.message}); showing the session's tools, without schemas.`;
-    if (session) renderTools(session.tools ?? [], session.agent);
-  }
-}
-
-/** An example input: the known demo ones, else one built from the schema's required properties. */
-function exampleInput(tool) {
-  if (TOOL_EXAMPLES[tool.name]) return TOOL_EXAMPLES[tool.name];
-  const example = {};
-  const props = tool.input_schema?.properties ?? {};
-  for (const key of tool.input_schema?.required ?? []) {
-    const prop = props[key] ?? {};
-    const hint = /e\.g\. '([^']+)'/.exec(prop.description ?? "");
-    example[key] = prop.type === "integer" || prop.type === "number" ? 0 : prop.type === "boolean" ? false : hint ? hint[1] : "";
-  }
-  return example;
-}
-
-function renderTools(tools, agent) {
-  toolList = [tools, agent];
-  $("#tools-agent").textContent = agent ? `agent: ${agent}` : "";
-  if (!toolsFallback) $("#tools-status").hidden = true;
-  const list = $("#tools-list");
-  list.replaceChildren();
-  for (const tool of tools) {
-    const badges = el("p", { class: "badges" },
-      el("span", { class: `badge ${tool.kind}` }, tool.kind === "client" ? "client · runs in the page" : "server · runs on the gateway"),
-      el("span", { class: `badge ${tool.execution === "async" ? "async" : ""}` }, tool.execution || "sync"),
-      tool.delivery ? el("span", { class: "badge" }, `delivery: ${tool.delivery}`) : null,
-      tool.confirm ? el("span", { class: "badge confirm-badge" }, "asks the user first") : null,
-      tool.timeout ? el("span", { class: "badge" }, `timeout ${tool.timeout} s`) : null);
-    const card = el("article", { class: "tool", "data-tool": tool.name, "data-kind": tool.kind },
-      el("h3", {}, tool.display_name || tool.name, " ", el("code", {}, tool.name)),
-      badges,
-      tool.description ? el("p", { class: "tool-desc" }, tool.description) : null);
-    if (tool.input_schema) {
-      card.append(el("details", { class: "tool-schema" }, el("summary", {}, "Input schema"), el("pre", {}, pretty(tool.input_schema))));
-    }
-    const actions = el("div", { class: "tool-actions" });
-    if (tool.kind === "server") {
-      const inputId = `tool-input-${tool.name}`;
-      const input = el("textarea", { class: "tool-input", id: inputId, rows: 2, spellcheck: "false" });
-      input.value = JSON.stringify(exampleInput(tool));
-      const run = el("button", { class: "btn btn-primary btn-small tool-run", type: "button" }, "Run on the gateway");
-      const output = el("div", { class: "tool-output", "aria-live": "polite", hidden: true });
-      run.addEventListener("click", () => runTool(tool.name, input, run, output));
-      card.append(el("label", { for: inputId, class: "small" }, "Input (JSON)"), input, actions, output);
-      actions.append(run);
-    } else {
-      card.append(el("p", { class: "tool-note" }, "A client function: it runs in the client (this page), when the model calls it over the WebSocket. Nothing to run on the gateway; try it from the chat."), actions);
-    }
-    if (TOOL_PROMPTS[tool.name] && agentInfo?.suggestions?.includes(TOOL_PROMPTS[tool.name])) {
-      const tryIt = el("button", { class: "btn btn-ghost btn-small tool-try", type: "button" }, `Try in chat: “${TOOL_PROMPTS[tool.name]}”`);
-      tryIt.addEventListener("click", () => { composer.value = TOOL_PROMPTS[tool.name]; showView("chat"); composer.focus(); });
-      actions.append(tryIt);
-    }
-    list.append(card);
-  }
-}
-
-/**
- * An API key typed into the tools panel, for POST /v1/tools/{name}/test: that endpoint runs a
- * tool with no user and no confirmation, so it takes a backend's API key, never a page's client
- * token. Kept in memory only (gone with the page): a key never goes to storage.
- */
-let testKey = null;
-
-/** The credential for running a tool: the key typed in, else the page's own (enough under --no-auth). */
-async function toolTestHeaders() {
-  return testKey ? { authorization: `Bearer ${testKey}` } : await authHeaders();
-}
-
-/** A 401 from the test endpoint: ask for an API key, then run again with it. */
-function askForKey(data, rerun) {
-  const id = `tool-key-${Math.random().toString(36).slice(2)}`;
-  const field = el("input", { id, class: "tool-key", type: "password", autocomplete: "off", placeholder: "API key" });
-  const use = el("button", { class: "btn btn-small tool-key-use", type: "button" }, "Use this key");
-  use.addEventListener("click", () => {
-    const key = field.value.trim();
-    if (!key) return field.focus();
-    testKey = key;
-    rerun();
-  });
-  field.addEventListener("keydown", (e) => { if (e.key === "Enter") use.click(); });
-  return el("div", { class: "tool-auth" },
-    el("p", { class: "tool-problem" }, `${data?.error ?? "unauthorized"}. Running a tool from here takes an API key (a page's client token may not: it would run the tool with no user and no confirmation). Paste one to try; it stays in this page's memory only.`),
-    el("label", { for: id, class: "visually-hidden" }, "API key"),
-    el("div", { class: "tool-key-row" }, field, use));
-}
-
-async function runTool(name, input, button, output) {
-  const show = (ok, heading, body) => {
-    output.replaceChildren(el("p", { class: "tool-output-head" }, heading), body);
-    output.hidden = false;
-    output.removeAttribute("aria-busy");
-    output.scrollIntoView({ block: "nearest" }); // the result, not the form, is what was asked for
-    output.dataset.ok = String(ok); // set last: tests wait for it
-  };
-  const problem = (text) => el("p", { class: "tool-problem" }, text);
-  let body;
-  try {
-    body = JSON.parse(input.value.trim() || "{}");
-  } catch (err) {
-    show(false, "✗ Invalid JSON", problem(err.message));
-    return;
-  }
-  button.disabled = true;
-  output.removeAttribute("data-ok");
-  output.setAttribute("aria-busy", "true");
-  output.hidden = false;
-  output.replaceChildren(el("p", { class: "tool-output-head" }, "Running…"));
-  const started = performance.now();
-  try {
-    const query = toolList?.[1] ? `?agent=${encodeURIComponent(toolList[1])}` : "";
-    const response = await fetch(`/v1/tools/${encodeURIComponent(name)}/test${query}`, {
-      method: "POST", headers: { "content-type": "application/json", ...(await toolTestHeaders()) }, body: JSON.stringify(body),
-    });
-    let data;
-    try { data = await response.json(); } catch { data = { error: `HTTP ${response.status} ${response.statusText}` }; }
-    const ms = data?.duration_ms ?? Math.round(performance.now() - started);
-    const ok = response.ok && data?.error == null;
-    const where = response.ok ? `${ms} ms` : `HTTP ${response.status}`;
-    if (ok) show(true, `✓ Output · ${where}`, el("div", {}, kvCard(data.output), jsonDetails(data.output)));
-    else if (response.status === 401) {
-      if (testKey) testKey = null; // that key did not do: ask again
-      show(false, `✗ Needs an API key · ${where}`, askForKey(data, () => runTool(name, input, button, output)));
-    } else show(false, `✗ Error · ${where}`, problem(String(data?.error ?? "unknown error")));
-  } catch (err) {
-    show(false, "✗ Request failed", problem(err.message));
-  } finally {
-    button.disabled = false;
-  }
 }
 
 // ---- Connection: the pill in the header, and one banner while it is not simply fine -------------
@@ -1252,7 +1110,7 @@ function newChat() {
   if (currentAgent !== null) {
     currentAgent = null; // a new session starts with the gateway's own agent again
     showAgent(agentInfo?.agent);
-    loadTools();
+    toolsPanel.load();
   }
   composer.value = "";
   autosize();
@@ -1358,7 +1216,7 @@ bindTabs();
 bindNetwork();
 renderPill();
 loadAgent();
-loadTools();
+toolsPanel.load();
 window.addEventListener("pagehide", saveConversation);
 $("#new-chat").addEventListener("click", () => newChat());
 // Ready to type at once, as in every chat (a touch screen shows no keyboard for it without a tap).
