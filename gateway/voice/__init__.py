@@ -1,0 +1,30 @@
+"""Speech engines for voice sessions: the first part of voice on the socket (docs/voice.md).
+
+``base`` holds the protocols (``SpeechToTextEngine``, ``TextToSpeechEngine``,
+``VoiceActivityDetector``), ``turns`` the pure turn detector, ``resample`` the streaming
+resampler, ``offline`` the offline engines (pocketsphinx, piper, Silero; the ``voice`` extra).
+Importing this package loads no engine: each loads its package when it is built.
+"""
+
+from __future__ import annotations
+
+from gateway.voice.base import (
+    SpeechToText,
+    SpeechToTextEngine,
+    TextToSpeechEngine,
+    Transcript,
+    VoiceActivityDetector,
+)
+from gateway.voice.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+
+__all__ = [
+    "SpeechStarted",
+    "SpeechStopped",
+    "SpeechToText",
+    "SpeechToTextEngine",
+    "TextToSpeechEngine",
+    "Transcript",
+    "TurnDetector",
+    "TurnEvent",
+    "VoiceActivityDetector",
+]
