@@ -451,7 +451,7 @@ class _Listener:
         """Drop the subscription and its connection."""
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
 
 
 def redact(url: str) -> str:
