@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.async_api import Page, ViewportSize, expect
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import (
     DESKTOP,
@@ -72,10 +73,16 @@ FROM_BOTTOM = """() => {
 }"""
 
 
+AT_NEWEST = f"() => {{ const d = ({FROM_BOTTOM})(); return d.scroll <= 2 && d.newest <= 2; }}"
+
+
 async def assert_at_newest(page: Page) -> None:
-    distance = await page.evaluate(FROM_BOTTOM)
-    assert distance["scroll"] <= 2, distance
-    assert distance["newest"] <= 2, distance
+    """The view reaches the newest message: it follows at the next frame after a change (the
+    ResizeObserver's), so this waits for that, a few seconds at most."""
+    try:
+        await page.wait_for_function(AT_NEWEST, timeout=5_000)
+    except PlaywrightTimeout:
+        raise AssertionError(await page.evaluate(FROM_BOTTOM)) from None
 
 
 async def test_the_chat_follows_every_reply_card_and_question(
