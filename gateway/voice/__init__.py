@@ -2,7 +2,9 @@
 
 ``base`` holds the protocols (``SpeechToTextEngine``, ``TextToSpeechEngine``,
 ``VoiceActivityDetector``), ``turns`` the pure turn detector, ``resample`` the streaming
-resampler, ``offline`` the offline engines (pocketsphinx, piper, Silero; the ``voice`` extra).
+resampler, ``offline`` the offline engines (pocketsphinx, piper, Silero; the ``voice`` extra),
+``remote`` the engines over the OpenAI-compatible audio APIs (``/audio/transcriptions``, not
+streaming, and ``/audio/speech``).
 Importing this package loads no engine: each loads its package when it is built.
 """
 
