@@ -4,7 +4,8 @@
 ``VoiceActivityDetector``), ``turns`` the pure turn detector, ``resample`` the streaming
 resampler, ``offline`` the offline engines (pocketsphinx, piper, Silero; the ``voice`` extra),
 ``remote`` the engines over the OpenAI-compatible audio APIs (``/audio/transcriptions``, not
-streaming, and ``/audio/speech``).
+streaming, and ``/audio/speech``), ``workers`` the pool of worker processes that runs the
+engines off the event loop (``worker_main`` is their entry and wire format).
 Importing this package loads no engine: each loads its package when it is built.
 """
 
