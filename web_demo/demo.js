@@ -1204,8 +1204,6 @@ function newClient() {
   return client;
 }
 
-// A touch screen without a mouse: no keyboard hints.
-document.documentElement.toggleAttribute("data-touch", window.matchMedia?.("(hover: none) and (pointer: coarse)").matches ?? false);
 loadSettings();
 applySettings();
 bindChips();
