@@ -16,6 +16,7 @@ __all__ = [
     "DEMO_PHRASES",
     "LONG_PHRASES",
     "chunks",
+    "echo_of",
     "normalize",
     "rms",
     "speech_edges_ms",
@@ -149,3 +150,20 @@ def speech_edges_ms(pcm: bytes, sample_rate: int, frame_ms: int = 10) -> tuple[i
     levels = [rms(pcm[i : i + step]) for i in range(0, len(pcm), step)]
     loud = [n for n, level in enumerate(levels) if level >= max(levels) / 100]
     return loud[0] * frame_ms, (loud[-1] + 1) * frame_ms
+
+
+def echo_of(pcm: bytes, rate: int, *, delay_ms: int, scale: float = 0.3, seed: int = 7) -> bytes:
+    """``pcm`` (PCM16 at ``rate``) as the microphone hears it played back: resampled to
+    16 kHz, at ``scale`` of its level, ``delay_ms`` late, then 300 ms more, with white noise
+    40 dB under it throughout (numpy, soxr: the ``voice`` extra)."""
+    import numpy as np
+
+    from gateway.voice.resample import Resampler
+
+    resampler = Resampler(rate, 16000)
+    played = scale * np.frombuffer(resampler.feed(pcm) + resampler.flush(), dtype="<i2")
+    delay, tail = 16 * delay_ms, 16 * 300
+    signal = np.concatenate([np.zeros(delay), played, np.zeros(tail)])
+    level = float(np.sqrt(np.mean(played * played)))
+    signal += np.random.default_rng(seed).normal(0, level / 100, signal.size)
+    return bytes(np.clip(np.round(signal), -32768, 32767).astype("<i2").tobytes())

@@ -9,7 +9,8 @@ stdout is sent to stderr too, so it never corrupts a frame.
 
 The worker serves requests one at a time, in the order they came. Only ``Cancel`` jumps the
 queue: a reader thread takes it as it arrives, and the synthesis it names stops after the
-chunk being made. An engine's failure is sent back as ``Failed`` and the worker goes on. When
+chunk being made. ``Reference`` and ``ResetReference`` (a stream's echo gate) get no reply.
+An engine's failure is sent back as ``Failed`` and the worker goes on. When
 stdin closes, the worker finishes the request in hand and exits.
 """
 
@@ -22,14 +23,25 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 
-from gateway.voice.base import SpeechToText, Transcript, VoiceActivityDetector, check_pcm
+from gateway.voice.base import (
+    SpeechToText,
+    SpeechToTextEngine,
+    Transcript,
+    VoiceActivityDetector,
+    check_pcm,
+)
+
+if TYPE_CHECKING:
+    from gateway.voice.echo import EchoGate
 
 __all__ = [
+    "ECHO_WINDOW_MS",
     "HEADER",
+    "NO_REPLY",
     "Cancel",
     "Chunk",
     "Done",
@@ -40,8 +52,10 @@ __all__ = [
     "Open",
     "Opened",
     "Ready",
+    "Reference",
     "Reply",
     "Request",
+    "ResetReference",
     "Synthesize",
     "frame",
     "load_engines",
@@ -50,6 +64,10 @@ __all__ = [
 
 HEADER = struct.Struct(">I")
 """Each frame's length prefix."""
+ECHO_WINDOW_MS = 256
+"""The input audio the echo gate judges for a frame: the 256 ms ending with it."""
+ECHO_FROM = 0.5
+"""The speech probability from which a frame is checked for echo (none under it is speech)."""
 
 
 # --------------------------------------------------------------------------- requests
@@ -64,15 +82,37 @@ class Open(msgspec.Struct, tag="open"):
 
 
 class Feed(msgspec.Struct, tag="feed"):
-    """The next PCM16 chunk of ``stream`` (at the recognizer's rate)."""
+    """The next PCM16 chunk of ``stream`` (at the recognizer's rate), for its VAD (``vad``),
+    its recognizer (``stt``), or both."""
 
     id: int
     stream: int
     pcm: bytes
+    vad: bool = True
+    stt: bool = True
 
 
 class Finish(msgspec.Struct, tag="finish"):
-    """End ``stream``: its final transcript."""
+    """End ``stream``'s utterance: its final transcript. With ``keep``, the stream stays open
+    (its VAD goes on) and its next ``stt`` audio starts a new utterance."""
+
+    id: int
+    stream: int
+    keep: bool = False
+
+
+class Reference(msgspec.Struct, tag="reference"):
+    """Audio the user's device plays (PCM16 at ``sample_rate``), for ``stream``'s echo gate.
+    No reply."""
+
+    id: int
+    stream: int
+    pcm: bytes
+    sample_rate: int
+
+
+class ResetReference(msgspec.Struct, tag="reset_reference"):
+    """Drop ``stream``'s echo reference. No reply."""
 
     id: int
     stream: int
@@ -92,7 +132,9 @@ class Cancel(msgspec.Struct, tag="cancel"):
     id: int
 
 
-Request = Open | Feed | Finish | Synthesize | Cancel
+Request = Open | Feed | Finish | Reference | ResetReference | Synthesize | Cancel
+NO_REPLY = (Cancel, Reference, ResetReference)
+"""The requests that get no reply (a failed ``Reference`` gets a ``Failed`` nobody waits for)."""
 
 
 # ---------------------------------------------------------------------------- replies
@@ -111,12 +153,15 @@ class Opened(msgspec.Struct, tag="opened"):
 
 
 class Heard(msgspec.Struct, tag="heard"):
-    """A feed's (or a finish's) transcript, and the speech probability of each whole VAD
-    frame the feed completed."""
+    """A feed's (or a finish's) transcript, the speech probability of each whole VAD frame
+    the feed completed, and for each of those frames whether it is the echo of the
+    stream's reference (``gateway.voice.echo``: the 256 ms ending at the frame; only for a
+    frame of probability 0.5 or more while a reference is kept, else False)."""
 
     id: int
     transcript: Transcript | None
     probabilities: list[float]
+    echo: list[bool] = msgspec.field(default_factory=list)
 
 
 class Chunk(msgspec.Struct, tag="chunk"):
@@ -165,24 +210,65 @@ def load_engines(spec: str) -> Any:
 
 
 class _Stream:
-    """One open transcription: the recognizer's stream, its VAD and the VAD's partial frame."""
+    """One open transcription: the recognizer's utterance (``None`` until its first audio,
+    and again after a kept finish), its VAD, the VAD's partial frame and the echo gate."""
 
-    def __init__(self, stt: SpeechToText, vad: VoiceActivityDetector | None) -> None:
-        self.stt = stt
+    def __init__(self, engine: SpeechToTextEngine, vad: VoiceActivityDetector | None) -> None:
+        self.engine = engine
+        self.stt: SpeechToText | None = None
         self.vad = vad
         self.carry = bytearray()
+        self.gate: EchoGate | None = None
+        """Made at the first reference: a stream never given one costs nothing."""
+        self.history = bytearray()
+        """The last ``ECHO_WINDOW_MS`` of the VAD's audio, for the echo gate."""
+        self.heard = 0
+        """Samples the VAD has had (whole frames): where the history ends."""
 
-    def feed(self, pcm: bytes) -> list[float]:
-        """The VAD's probabilities of the whole frames ``pcm`` completes."""
+    def recognize(self, pcm: bytes) -> Transcript | None:
+        """Feed the recognizer, starting an utterance if none is under way."""
+        if not pcm:
+            return None
+        if self.stt is None:
+            self.stt = self.engine.stream()
+        return self.stt.feed(pcm)
+
+    def finish(self) -> Transcript:
+        """End the utterance: its final transcript (empty if it had no audio)."""
+        stt, self.stt = self.stt, None
+        return Transcript("", final=True) if stt is None else stt.finish()
+
+    def reference(self, pcm: bytes, sample_rate: int) -> None:
         if self.vad is None:
-            return []
+            raise ValueError("the echo gate needs a stream opened with VAD")
+        if self.gate is None:
+            from gateway.voice.echo import EchoGate  # numpy: the ``voice`` extra
+
+            self.gate = EchoGate(self.vad.sample_rate)
+        self.gate.reference(pcm, sample_rate)
+
+    def detect(self, pcm: bytes) -> tuple[list[float], list[bool]]:
+        """The VAD's probabilities of the whole frames ``pcm`` completes, and their echo."""
+        if self.vad is None:
+            return [], []
         self.carry += pcm
         size = self.vad.frame_bytes
-        probabilities = []
+        window = self.vad.sample_rate * ECHO_WINDOW_MS // 1000 * 2
+        probabilities, echo = [], []
         while len(self.carry) >= size:
-            probabilities.append(self.vad.speech_probability(bytes(self.carry[:size])))
+            frame = bytes(self.carry[:size])
             del self.carry[:size]
-        return probabilities
+            probability = self.vad.speech_probability(frame)
+            self.heard += size // 2
+            self.history += frame
+            del self.history[:-window]
+            probabilities.append(probability)
+            echo.append(
+                probability >= ECHO_FROM
+                and self.gate is not None
+                and self.gate.is_echo(bytes(self.history), end=self.heard)
+            )
+        return probabilities, echo
 
 
 class _Server:
@@ -201,6 +287,8 @@ class _Server:
         try:
             if isinstance(request, Synthesize):
                 self._synthesize(request)
+            elif isinstance(request, Reference | ResetReference):
+                self._no_reply(request)
             else:
                 self.send(self._answer(request))
         except Exception as exc:  # the engine's failure goes back; the worker lives
@@ -212,27 +300,39 @@ class _Server:
         if isinstance(request, Feed):
             check_pcm(request.pcm)  # before the recognizer or the VAD sees any of it
             stream = self._stream(request.stream)
-            transcript = stream.stt.feed(request.pcm)
-            return Heard(request.id, transcript, stream.feed(request.pcm))
+            transcript = stream.recognize(request.pcm) if request.stt else None
+            probabilities, echo = stream.detect(request.pcm) if request.vad else ([], [])
+            return Heard(request.id, transcript, probabilities, echo)
         if isinstance(request, Finish):
             stream = self._stream(request.stream)
-            del self._streams[request.stream]
-            return Heard(request.id, stream.stt.finish(), [])
+            if not request.keep:
+                del self._streams[request.stream]
+            return Heard(request.id, stream.finish(), [])
         raise TypeError(f"unexpected request {type(request).__name__}")
 
+    def _no_reply(self, request: Reference | ResetReference) -> None:
+        stream = self._stream(request.stream)
+        if isinstance(request, Reference):
+            check_pcm(request.pcm)
+            stream.reference(request.pcm, request.sample_rate)
+        elif stream.gate is not None:
+            stream.gate.reset()
+
     def _open(self, request: Open) -> Opened:
-        stt, vad = self._engines.stt, None
+        engine, vad = self._engines.stt, None
         if request.vad:
             # One detector per stream: the VAD is stateful. Its class must build with no
             # arguments (SileroVAD does) and take the recognizer's rate.
             vad = type(self._engines.vad)()
-            if vad.sample_rate != stt.sample_rate:
+            if vad.sample_rate != engine.sample_rate:
                 raise ValueError(
-                    f"the VAD takes {vad.sample_rate} Hz, the recognizer {stt.sample_rate} Hz"
+                    f"the VAD takes {vad.sample_rate} Hz, the recognizer {engine.sample_rate} Hz"
                 )
-        self._streams[request.id] = _Stream(stt.stream(), vad)
+        # The recognizer's utterance starts at its first audio: a stream that only listens
+        # (its VAD, between the user's turns) holds no decoder.
+        self._streams[request.id] = _Stream(engine, vad)
         frame_samples = 0 if vad is None else vad.frame_bytes // 2
-        return Opened(request.id, stt.sample_rate, frame_samples)
+        return Opened(request.id, engine.sample_rate, frame_samples)
 
     def _stream(self, stream: int) -> _Stream:
         try:

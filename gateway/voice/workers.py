@@ -31,9 +31,10 @@ from types import TracebackType
 import msgspec
 
 from gateway.errors import ProviderError
-from gateway.voice.base import Transcript
+from gateway.voice.base import Transcript, check_pcm
 from gateway.voice.worker_main import (
     HEADER,
+    NO_REPLY,
     Cancel,
     Chunk,
     Done,
@@ -44,8 +45,10 @@ from gateway.voice.worker_main import (
     Open,
     Opened,
     Ready,
+    Reference,
     Reply,
     Request,
+    ResetReference,
     Synthesize,
     frame,
 )
@@ -115,7 +118,7 @@ class _Worker:
         if self.dead:
             raise SpeechEngineError(f"speech worker {self.process.pid} died")
         replies: asyncio.Queue[Reply] = asyncio.Queue()
-        if not isinstance(request, Cancel):
+        if not isinstance(request, NO_REPLY):
             self.pending[request.id] = replies
         assert self.process.stdin is not None
         self.process.stdin.write(frame(request))
@@ -177,7 +180,11 @@ class _Worker:
 
 
 class Transcription:
-    """One utterance being transcribed on one worker (``VoiceWorkers.open_transcription``).
+    """A stream of the user's audio on one worker (``VoiceWorkers.open_transcription``): one
+    utterance transcribed, or, with ``finish(keep=True)``, one after another while its VAD
+    listens to all the audio between them (``hear`` chooses who hears each chunk). With VAD,
+    an echo gate (``gateway.voice.echo``) tells which speech frames are the answer's own
+    audio coming back from the user's speaker (``reference``).
 
     Attributes:
         sample_rate: the rate ``feed`` takes (the recognizer's).
@@ -189,6 +196,8 @@ class Transcription:
         self._ids = ids
         self._stream = opened.id
         self._finished = False
+        self._utterance = False
+        """Whether the recognizer had audio since the stream opened or its last finish."""
         self.sample_rate = opened.sample_rate
         self.frame_samples = opened.frame_samples
 
@@ -201,25 +210,60 @@ class Transcription:
         """The next PCM16 chunk: the partial transcript when it changed, else ``None``."""
         return (await self.hear(pcm)).transcript
 
-    async def hear(self, pcm: bytes) -> Heard:
-        """Feed ``pcm``: its ``transcript`` (as ``feed``) and, with VAD, the speech
+    async def hear(self, pcm: bytes, *, vad: bool = True, stt: bool = True) -> Heard:
+        """Feed ``pcm`` to the VAD (``vad``), the recognizer (``stt``), or both: its
+        ``transcript`` (as ``feed``; ``None`` without ``stt``) and, with VAD, the speech
         ``probabilities`` of the whole VAD frames it completed (a partial frame waits in the
-        worker for the next chunk). Odd-length ``pcm`` raises ``ValueError``, and the stream
-        goes on as if it was never sent."""
-        reply = await self._worker.call(Feed(next(self._ids), self._stream, pcm))
+        worker for the next chunk) and their ``echo`` flags. Without ``vad`` the VAD's state
+        is untouched and no probabilities come back. Odd-length ``pcm`` raises
+        ``ValueError``, and the stream goes on as if it was never sent."""
+        if not (vad or stt):
+            check_pcm(pcm)
+            return Heard(0, None, [], [])
+        reply = await self._worker.call(Feed(next(self._ids), self._stream, pcm, vad, stt))
         assert isinstance(reply, Heard)
+        if stt and pcm:
+            self._utterance = True
         return reply
 
-    async def finish(self) -> Transcript:
-        """The final transcript; the stream takes no more audio."""
+    async def finish(self, *, keep: bool = False) -> Transcript:
+        """The final transcript of the utterance. Without ``keep`` the stream takes no more
+        audio. With ``keep`` it stays open: its VAD goes on, and the next audio for the
+        recognizer starts a new utterance (an utterance with no audio is ``""``, at once)."""
         if self._finished:
             raise RuntimeError("this transcription is already finished")
-        self._finished = True
-        self._worker.streams -= 1
-        reply = await self._worker.call(Finish(next(self._ids), self._stream))
+        if keep and not self._utterance:
+            return Transcript("", final=True)
+        self._utterance = False
+        if not keep:
+            self._finished = True
+            self._worker.streams -= 1
+        reply = await self._worker.call(Finish(next(self._ids), self._stream, keep))
         assert isinstance(reply, Heard)
         assert reply.transcript is not None
         return reply.transcript
+
+    async def reference(self, pcm: bytes, sample_rate: int) -> None:
+        """Audio the user's device is playing (the answer's, PCM16 at ``sample_rate``), for
+        the echo gate; no reply is awaited. Needs a stream opened with VAD. Odd-length
+        ``pcm`` or a rate that is not positive raises ``ValueError``."""
+        check_pcm(pcm)
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, not {sample_rate}")
+        if not self.frame_samples:
+            raise ValueError("the echo gate needs a transcription opened with vad=True")
+        self._post(Reference(next(self._ids), self._stream, pcm, sample_rate))
+        await self._worker.drain()
+
+    async def reset_reference(self) -> None:
+        """Drop the echo reference (a new answer starts, or its playback was flushed)."""
+        self._post(ResetReference(next(self._ids), self._stream))
+        await self._worker.drain()
+
+    def _post(self, request: Reference | ResetReference) -> None:
+        if self._finished:
+            raise RuntimeError("this transcription is already finished")
+        self._worker.send(request)
 
     async def aclose(self) -> None:
         """Finish the stream if it is not finished, for its transcript is not wanted (the
@@ -274,7 +318,8 @@ class VoiceWorkers:
 
     async def open_transcription(self, vad: bool = False) -> Transcription:
         """A new utterance on the least busy worker, pinned there; with ``vad``, each
-        ``Transcription.hear`` also gives the VAD's speech probabilities."""
+        ``Transcription.hear`` also gives the VAD's speech probabilities, and the stream can take
+        an echo reference (``Transcription.reference``)."""
         worker = await self._pick()
         reply = await worker.call(Open(next(self._ids), vad))
         assert isinstance(reply, Opened)
