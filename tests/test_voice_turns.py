@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.voice.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+from gateway.voice.turns import (
+    SemanticEndOfTurn,
+    SpeechStarted,
+    SpeechStopped,
+    TurnDetector,
+    TurnEvent,
+)
 
 FRAME_MS = 20
 
@@ -101,3 +107,107 @@ def test_offsets_count_samples_at_24_khz():
 def test_bad_settings_are_refused(arguments: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="must"):
         TurnDetector(*arguments)
+
+
+def test_a_new_silence_applies_from_the_next_frame():
+    detector = TurnDetector(16000, 320, silence_ms=500)
+    pushed = [
+        event for p in frames((0.0, 200), (0.9, 800), (0.0, 300)) for event in detector.push(p)
+    ]
+    assert pushed == [SpeechStarted(200)]  # 300 ms of silence: not yet 500
+    detector.silence_ms = 200  # the silence already heard counts: the next frame ends it
+    assert detector.silence_ms == 200
+    assert detector.push(0.0) == [SpeechStopped(1000)]
+    assert detector.offset_ms == 1320
+
+
+def test_a_longer_silence_set_mid_pause_keeps_the_turn_going():
+    detector = TurnDetector(16000, 320, silence_ms=500)
+    found: list[tuple[TurnEvent, int]] = []
+    for n, p in enumerate(frames((0.9, 400), (0.0, 700), (0.9, 400), (0.0, 1500))):
+        if n == 25:  # 100 ms into the pause, the partial ends mid-sentence
+            detector.silence_ms = 1200
+        if n == 70:  # 300 ms into the second part, the partial looks complete
+            detector.silence_ms = 250
+        found.extend((event, detector.offset_ms) for event in detector.push(p))
+    assert found == [(SpeechStarted(0), 100), (SpeechStopped(1500), 1760)]
+
+
+def test_a_bad_silence_is_refused():
+    detector = TurnDetector(16000, 320)
+    with pytest.raises(ValueError, match="must"):
+        detector.silence_ms = -1
+    assert detector.silence_ms == 500
+
+
+SHORT, LONG, PLAIN = 250, 1200, 500  # SemanticEndOfTurn() at its defaults
+
+
+@pytest.mark.parametrize(
+    ("text", "wait"),
+    [
+        # complete-looking: two words or more, not ending on a listed word
+        ("what is my battery level", SHORT),
+        ("open the settings", SHORT),
+        ("nearest store to ninety two thousand thirty one", SHORT),
+        ("where is my order one thousand two hundred thirty four", SHORT),
+        ("I would like to change my order.", SHORT),
+        ("Do you have headphones in stock?", SHORT),
+        # incomplete-looking: by the category of the last word
+        ("i would like to", LONG),  # preposition
+        ("change the delivery address for", LONG),
+        ("tell me about", LONG),
+        ("i want the", LONG),  # article
+        ("i need a", LONG),
+        ("for my", LONG),  # possessive
+        ("is that your", LONG),
+        ("i want to go and", LONG),  # conjunction
+        ("tell me if", LONG),
+        ("the battery lasts when", LONG),
+        ("where is", LONG),  # auxiliary or modal
+        ("i would", LONG),
+        ("can you", SHORT),  # "you" is not listed: a question can end on it
+        ("i'm", LONG),
+        ("the order um", LONG),  # filler
+        ("my order uh", LONG),
+        ("order number twenty", LONG),  # number in progress
+        ("one thousand two hundred", LONG),
+        ("and then i", LONG),  # the subject "i"
+        ("THE ORDER FOR", LONG),  # case does not matter
+        ("my address for,", LONG),  # nor does punctuation
+        ("to [noise]", LONG),  # a noise marker is no word
+        # one word: too little to judge, unless it is a listed one
+        ("hello", PLAIN),
+        ("yes", PLAIN),
+        ("to", LONG),
+        # no words
+        ("", PLAIN),
+        ("   ", PLAIN),
+        ("[noise]", PLAIN),
+        ("<sil> open the settings <sil>", SHORT),
+    ],
+)
+def test_the_wait_depends_on_how_the_words_end(text: str, wait: int) -> None:
+    assert SemanticEndOfTurn().wait_ms(text) == wait
+
+
+def test_the_waits_are_configurable():
+    semantic = SemanticEndOfTurn(silence_ms=400, short_ms=200, long_ms=900, min_words=3)
+    assert semantic.wait_ms("") == 400
+    assert semantic.wait_ms("open settings") == 400  # under min_words
+    assert semantic.wait_ms("open the settings") == 200
+    assert semantic.wait_ms("open the") == 900
+
+
+def test_the_long_wait_defaults_to_twice_the_silence_and_at_least_1200_ms():
+    assert SemanticEndOfTurn(silence_ms=500).long_ms == 1200
+    assert SemanticEndOfTurn(silence_ms=800).long_ms == 1600
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"silence_ms": -1}, {"short_ms": -1}, {"long_ms": -1}, {"min_words": 0}],
+)
+def test_bad_semantic_settings_are_refused(arguments: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        SemanticEndOfTurn(**arguments)
