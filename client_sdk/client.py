@@ -54,7 +54,7 @@ from websockets.protocol import State
 
 from client_sdk.confirm import ConfirmHandler, ask, refused_edit
 from client_sdk.connection import open_socket, resume_url, text_frame
-from client_sdk.events import EventStream
+from client_sdk.events import AudioStream, EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
 from client_sdk.functions import ClientFunction, answer, make_function
 from client_sdk.resume import (
@@ -70,13 +70,17 @@ from client_sdk.resume import (
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from client_sdk.widgets import WidgetHandler, ask_user
+from gateway.wire.audio_frame import decode_answer_audio
 from gateway.wire.v1 import (
     Ack,
     AgentTransferred,
+    AudioRequest,
     ClientCall,
     ClientMsg,
     ConfirmItem,
     Error,
+    InputAudioClear,
+    InputAudioCommit,
     Outbound,
     ResponseCancel,
     ResponseCreated,
@@ -164,6 +168,10 @@ class Conversation:
             the time (the gateway's ``get_current_time``); UTC when absent.
         segments: voice: the gateway also sends each answer's text as speakable
             ``TextSegment`` events (whole sentences or clauses, for a speech synthesizer).
+        audio: voice on the socket (docs/voice.md): the user's audio in (``send_audio``),
+            the answers spoken back (``audio``); an ``AudioRequest`` or its fields as a
+            dict (``{"input_rate": 16000, "turn_detection": "server_vad"}``), ``{}`` for
+            the defaults.
     """
 
     def __init__(
@@ -185,6 +193,7 @@ class Conversation:
         tool_mode: ToolMode | None = None,
         time_zone: str | None = None,
         segments: bool | None = None,
+        audio: AudioRequest | dict[str, Any] | None = None,
     ) -> None:
         self._url = url
         self._token = token
@@ -198,6 +207,7 @@ class Conversation:
             tool_mode=tool_mode,
             time_zone=time_zone,
             segments=segments,
+            audio=msgspec.convert(audio, AudioRequest) if isinstance(audio, dict) else audio,
         )
         self._reconnect = reconnect
         self._reconnector = Reconnector(
@@ -218,6 +228,7 @@ class Conversation:
         self._ws: ClientConnection | None = None
         self._background = Background()
         self._subscribers: weakref.WeakSet[EventStream] = weakref.WeakSet()
+        self._listeners: weakref.WeakSet[AudioStream] = weakref.WeakSet()
         self._created: asyncio.Future[SessionCreated] | None = None
         self._closing = False
         self._end: ClientError | None = None
@@ -392,10 +403,12 @@ class Conversation:
         tool_choice: str | None = None,
         max_steps: int | None = None,
         tool_mode: ToolMode | None = None,
+        audio: AudioRequest | dict[str, Any] | bool | None = None,
     ) -> str | None:
-        """Change the session's default ``tool_choice``, ``max_steps`` or ``tool_mode`` (see
-        the class); ``None`` leaves one as it is. They apply to the responses that start
-        after it.
+        """Change the session's default ``tool_choice``, ``max_steps`` or ``tool_mode``, or
+        its ``audio`` (see the class: the fields given replace those in force; ``False``
+        turns audio off); ``None`` leaves one as it is. They apply to the responses that
+        start after it.
 
         Before the session starts they go in ``session.start``. After, they go in a
         ``session.update`` (sent again after a resume until the gateway answers it), whose
@@ -408,13 +421,20 @@ class Conversation:
         """
         if self._end is not None:
             raise self._end
+        if isinstance(audio, dict):
+            audio = msgspec.convert(audio, AudioRequest)
         if self._created is None:
             changes = {"tool_choice": tool_choice, "max_steps": max_steps, "tool_mode": tool_mode}
-            self._start_msg = msgspec.structs.replace(
+            start = msgspec.structs.replace(
                 self._start_msg, **{k: v for k, v in changes.items() if v is not None}
             )
+            if audio is not None:  # False: off, as if never asked for
+                start.audio = None if audio is False else AudioRequest() if audio is True else audio
+            self._start_msg = start
             return None
-        update = self._new_update(tool_choice=tool_choice, max_steps=max_steps, tool_mode=tool_mode)
+        update = self._new_update(
+            tool_choice=tool_choice, max_steps=max_steps, tool_mode=tool_mode, audio=audio
+        )
         await self._send(update)
         return update.id
 
@@ -536,13 +556,21 @@ class Conversation:
         """Stop the running response (barge-in). Sent only while connected: not resent."""
         await self._send(ResponseCancel(response_id=response_id))
 
-    async def truncate(self, heard_chars: int, response_id: str | None = None) -> str:
+    async def truncate(
+        self,
+        heard_chars: int | None = None,
+        response_id: str | None = None,
+        *,
+        audio_end_ms: int | None = None,
+    ) -> str:
         """Voice barge-in: the user heard only the first ``heard_chars`` characters of the
-        latest response's text (its deltas joined; code points). The gateway stops it if it
-        still runs, and keeps only that much of it in the history, so the model does not
-        believe it said what was never heard. ``response_id`` defaults to the latest
-        response this SDK saw start. Sent again after a resume until the gateway answers
-        (``response.truncated``, or an ``error`` naming the returned id).
+        latest response's text (its deltas joined; code points), or, for an answer the
+        gateway spoke, its first ``audio_end_ms`` of audio (the player's position: give one
+        of the two). The gateway stops it if it still runs, and keeps only that much of it
+        in the history, so the model does not believe it said what was never heard.
+        ``response_id`` defaults to the latest response this SDK saw start. Sent again
+        after a resume until the gateway answers (``response.truncated``, or an ``error``
+        naming the returned id).
 
         Returns:
             The message's id.
@@ -551,11 +579,47 @@ class Conversation:
         if target is None:
             raise ClientError("no response to truncate yet")
         msg = ResponseTruncate(
-            id=f"trn_{secrets.token_urlsafe(9)}", response_id=target, heard_chars=heard_chars
+            id=f"trn_{secrets.token_urlsafe(9)}",
+            response_id=target,
+            heard_chars=heard_chars,
+            audio_end_ms=audio_end_ms,
         )
         self._outbox.keep(msg)
         await self._send(msg)
         return str(msg.id)
+
+    # ----------------------------------------------------------------- voice
+
+    async def send_audio(self, pcm: bytes) -> None:
+        """The user's audio: PCM16 little-endian mono at the session's ``input_rate``,
+        20 to 100 ms a call (a binary frame each). Live audio is not kept: what is sent
+        while the socket is down is dropped, like the microphone's sound then."""
+        if self._end is not None:
+            raise self._end
+        if self._ws is not None:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._ws.send(pcm)
+
+    async def commit_audio(self) -> None:
+        """End the user's turn now (``manual`` turn detection). Not resent after a drop."""
+        await self._send(InputAudioCommit())
+
+    async def clear_audio(self) -> None:
+        """Drop the audio of the user's turn in progress. Not resent after a drop."""
+        await self._send(InputAudioClear())
+
+    def audio(self) -> AudioStream:
+        """The answers' audio from this call on, frame by frame (an async iterator of
+        ``AnswerAudio``); ``audio.done`` in ``events()`` follows each answer's last frame.
+
+        Raises:
+            SessionClosed: when the session ends.
+        """
+        if self._end is not None:
+            raise self._end
+        stream = AudioStream()
+        self._listeners.add(stream)
+        return stream
 
     # ----------------------------------------------------------------- internals
 
@@ -621,11 +685,22 @@ class Conversation:
                     return
                 await self._after_resume(outcome)
                 continue
+            if isinstance(frame, bytes):
+                self._on_audio(frame)
+                continue
             try:
                 event = decode_server(frame)
             except msgspec.ValidationError:
                 continue  # an event type newer than this SDK
             self._on_event(event)
+
+    def _on_audio(self, frame: bytes) -> None:
+        try:
+            audio = decode_answer_audio(frame)
+        except ValueError:
+            return  # a binary frame of a kind newer than this SDK
+        for stream in self._listeners:
+            stream.put(audio)
 
     async def _start_again(self) -> bool:
         """After a drop before ``session.created``: a new socket (with backoff), and
@@ -770,6 +845,8 @@ class Conversation:
             self._created.exception()  # retrieved: start() may never be awaited again
         for stream in self._subscribers:
             stream.end(error)
+        for audio in self._listeners:
+            audio.end(error)
 
     async def _open_socket(self, session_id: str | None) -> ClientConnection:
         """A socket to the gateway, with a fresh token when the app gave a function; one

@@ -23,6 +23,7 @@ from gateway.wire.v1 import (
     TOKEN_SUBPROTOCOL_PREFIX,
     ClientMsg,
     Outbound,
+    ResponseTruncate,
     SessionStart,
     SessionUpdate,
     ToolRun,
@@ -50,7 +51,15 @@ by it (deploy/nginx.conf hashes it, so every resume of a session reaches the sam
 The gateway ignores it: the session is the one ``session.resume`` names."""
 
 
-_RESPONSE_OPTIONS = ("tool_choice", "tools", "max_steps", "tool_mode", "time_zone", "segments")
+_RESPONSE_OPTIONS = (
+    "tool_choice",
+    "tools",
+    "max_steps",
+    "tool_mode",
+    "time_zone",
+    "segments",
+    "audio",
+)
 """Fields added to protocol v1 after its first release: sent only when set."""
 
 
@@ -63,6 +72,8 @@ def text_frame(msg: ClientMsg) -> str:
         options: tuple[str, ...] = ("args",)
     elif isinstance(msg, UserMessage | SessionStart | SessionUpdate):
         options = _RESPONSE_OPTIONS
+    elif isinstance(msg, ResponseTruncate):
+        options = ("heard_chars", "audio_end_ms")
     else:
         return encode(msg).decode()
     data = msgspec.to_builtins(msg)
@@ -110,6 +121,8 @@ class Connection:
         async with asyncio.timeout(within):
             while True:
                 frame = await self.websocket.recv()
+                if isinstance(frame, bytes):
+                    continue  # the answer's audio (gateway.wire.audio_frame): not an event
                 try:
                     return decode_server(frame)
                 except msgspec.ValidationError:

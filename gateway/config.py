@@ -133,6 +133,21 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         float,
         Meta(description="On SIGTERM, seconds running responses get to finish before being cut."),
     ] = 30.0
+    voice: Annotated[
+        str,
+        Meta(description="Speech engines for audio: offline, off, or a factory module:function."),
+    ] = "offline"
+    """'offline' (pocketsphinx, piper, Silero: the voice extra) without the extra installed is
+    'off' (docs/voice.md)."""
+    voice_workers: Annotated[
+        int,
+        Meta(ge=1, le=64, description="Worker processes for the speech engines."),
+    ] = 2
+    """Started with the first session that turns audio on."""
+    voice_names: Annotated[
+        str,
+        Meta(description="The voices of the speech engines, comma-separated, the default first."),
+    ] = "joe"
     scripted_pace: Annotated[
         float | None,
         Meta(description="Seconds between words of the scripted model; unset: the agent's pace."),

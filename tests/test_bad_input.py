@@ -119,6 +119,7 @@ async def test_every_bad_frame_gets_an_error_and_the_session_stays_usable(url):
         await conn.send_raw(b'{"type": "ping"}')
         error = await conn.recv()
         assert isinstance(error, Error)
+        assert error.code == "invalid_audio"
         assert "binary" in error.message
         events = await say(conn, "echo still alive")
     assert streamed_text(events) == "still alive"

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.audio import AudioSettings
 from gateway.core.call import Call
 from gateway.core.inbound import DecodeFailure, Inbound
 from gateway.core.model import ModelEvent, ModelRequest
@@ -20,18 +21,30 @@ __all__ = [
     "CallModel",
     "CancelModel",
     "CancelTool",
+    "ClearAudio",
+    "CommitAudio",
     "Disconnected",
     "Effect",
+    "EndSpeech",
     "Event",
+    "Listen",
     "ModelFailed",
     "ModelOutput",
     "RunTool",
     "SaveCall",
+    "SegmentSpoken",
     "Send",
     "ShuttingDown",
+    "Speak",
+    "SpeechDone",
+    "SpeechStarted",
+    "SpeechStopped",
+    "StopSpeaking",
     "Tick",
     "ToolFinished",
     "ToolProgress",
+    "Transcribed",
+    "VoiceFailed",
 ]
 
 # --------------------------------------------------------------------- events
@@ -81,6 +94,61 @@ class ShuttingDown(msgspec.Struct, frozen=True):
     """The gateway is stopping: cut the running response (``incomplete``)."""
 
 
+# ------------------------------------------------ events of the voice pipeline (shell)
+
+
+class SpeechStarted(msgspec.Struct, frozen=True):
+    """The user started speaking, ``offset_ms`` into the session's input audio. With
+    ``interrupting``, over an answer (running, or still playing: ``played_ms`` of the latest
+    spoken response's audio had played, as far as the pipeline knows) for at least the
+    session's ``interrupt_min_ms``, and not its own echo: a barge-in."""
+
+    offset_ms: int
+    interrupting: bool = False
+    played_ms: int = 0
+
+
+class SpeechStopped(msgspec.Struct, frozen=True):
+    """The user stopped speaking, ``offset_ms`` into the audio: the end of their turn
+    (its final transcript follows)."""
+
+    offset_ms: int
+
+
+class Transcribed(msgspec.Struct, frozen=True):
+    """What the user said in the turn in progress (``final``: the whole turn)."""
+
+    text: str
+    final: bool
+
+
+class SegmentSpoken(msgspec.Struct, frozen=True):
+    """The audio of a segment of ``response_id`` (``chars`` characters of its text) was
+    sent: ``audio_ms`` of it."""
+
+    response_id: str
+    chars: int
+    audio_ms: int
+
+
+class SpeechDone(msgspec.Struct, frozen=True):
+    """The audio of ``response_id`` is all sent (``EndSpeech``), or was stopped
+    (``StopSpeaking``: ``interrupted``)."""
+
+    response_id: str
+    audio_ms: int = 0
+    """The audio of ``response_id`` sent, in all."""
+    interrupted: bool = False
+
+
+class VoiceFailed(msgspec.Struct, frozen=True):
+    """A speech engine failed: the user's words were not heard (no ``response_id``), or a
+    segment of ``response_id`` was not spoken. The session goes on."""
+
+    message: str
+    response_id: str | None = None
+
+
 Event = (
     Inbound
     | DecodeFailure
@@ -91,6 +159,12 @@ Event = (
     | ToolProgress
     | Disconnected
     | ShuttingDown
+    | SpeechStarted
+    | SpeechStopped
+    | Transcribed
+    | SegmentSpoken
+    | SpeechDone
+    | VoiceFailed
 )
 
 # --------------------------------------------------------------------- effects
@@ -141,4 +215,55 @@ class SaveCall(msgspec.Struct, frozen=True):
     call: Call
 
 
-Effect = Send | CallModel | CancelModel | RunTool | CancelTool | SaveCall
+class Listen(msgspec.Struct, frozen=True):
+    """The session's audio settings changed (``None``: audio is off): the voice pipeline
+    takes them for the audio that comes next."""
+
+    audio: AudioSettings | None
+
+
+class CommitAudio(msgspec.Struct, frozen=True):
+    """End the user's turn now (``input_audio.commit``): its final transcript comes back
+    as ``Transcribed``."""
+
+
+class ClearAudio(msgspec.Struct, frozen=True):
+    """Drop the audio of the user's turn in progress (``input_audio.clear``)."""
+
+
+class Speak(msgspec.Struct, frozen=True):
+    """Speak ``text``, a segment of ``response_id`` sent as event ``seq``, after the
+    segments asked for before it; ``SegmentSpoken`` comes back."""
+
+    response_id: str
+    seq: int
+    text: str
+
+
+class EndSpeech(msgspec.Struct, frozen=True):
+    """``response_id`` has no more segments: once its audio is all sent, ``SpeechDone``."""
+
+    response_id: str
+
+
+class StopSpeaking(msgspec.Struct, frozen=True):
+    """Barge-in: stop the audio of ``response_id`` now, drop its segments not spoken yet
+    (``SpeechDone`` with ``interrupted`` comes back)."""
+
+    response_id: str
+
+
+Effect = (
+    Send
+    | CallModel
+    | CancelModel
+    | RunTool
+    | CancelTool
+    | SaveCall
+    | Listen
+    | CommitAudio
+    | ClearAudio
+    | Speak
+    | EndSpeech
+    | StopSpeaking
+)

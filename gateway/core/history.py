@@ -114,6 +114,12 @@ class History:
         for item in items:
             self.append(item)
 
+    def last_turn_text(self) -> str:
+        """The model's text in the last turn, its steps' texts joined (what
+        ``truncate_last_turn`` counts in)."""
+        start = self._turn_starts[-1] if self._turn_starts else 0
+        return "".join(item.text for item in self._items[start:] if isinstance(item, AssistantTurn))
+
     def truncate_last_turn(self, chars: int) -> bool:
         """Keep only the first ``chars`` characters of the model's text in the last turn
         (its steps' texts taken in order, as the client got them); its tool calls and

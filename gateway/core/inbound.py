@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.core.audio import AudioRequest
+
 __all__ = [
     "CLIENT_MESSAGE_TYPES",
     "Ack",
@@ -19,6 +21,8 @@ __all__ = [
     "ClientMsg",
     "DecodeFailure",
     "Inbound",
+    "InputAudioClear",
+    "InputAudioCommit",
     "MaxSteps",
     "Ping",
     "ResponseCancel",
@@ -146,6 +150,8 @@ class SessionStart(ClientMsg, tag="session.start"):
         None
     )
     """The user's IANA time zone (``Europe/Paris``), for tools that tell the time."""
+    audio: AudioRequest | None = None
+    """Voice: audio on the socket both ways (docs/voice.md)."""
 
 
 class SessionResume(ClientMsg, tag="session.resume"):
@@ -172,6 +178,8 @@ class SessionUpdate(ClientMsg, tag="session.update"):
     """Replaces the session's default tool mode."""
     segments: bool | None = None
     """Voice: turn ``text.segment`` events on or off for the responses that start after."""
+    audio: AudioRequest | bool | None = None
+    """Voice: turn audio on, or change its settings (the fields given); ``false``: off."""
 
 
 class Ack(ClientMsg, tag="ack"):
@@ -245,7 +253,18 @@ class ResponseTruncate(ClientMsg, tag="response.truncate"):
     response stops first; the history keeps only what was heard."""
 
     response_id: str
-    heard_chars: Annotated[int, msgspec.Meta(ge=0)]
+    heard_chars: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    audio_end_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Instead of ``heard_chars``: how much of the response's audio was played, in ms
+    (the text it said is derived from the segments spoken)."""
+
+
+class InputAudioCommit(ClientMsg, tag="input_audio.commit"):
+    """Voice: the user's turn ends now (``manual`` turn detection; any mode may send it)."""
+
+
+class InputAudioClear(ClientMsg, tag="input_audio.clear"):
+    """Voice: drop the audio of the user's turn in progress."""
 
 
 class Ping(ClientMsg, tag="ping"):
@@ -265,6 +284,8 @@ Inbound = (
     | ToolConfirmation
     | ResponseCancel
     | ResponseTruncate
+    | InputAudioCommit
+    | InputAudioClear
     | Ping
 )
 CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
@@ -280,6 +301,8 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
         ToolConfirmation,
         ResponseCancel,
         ResponseTruncate,
+        InputAudioCommit,
+        InputAudioClear,
         Ping,
     )
 )
@@ -289,7 +312,9 @@ class DecodeFailure(msgspec.Struct, frozen=True, kw_only=True):
     """A client frame that did not decode (or was refused unread, ``rate_limited``); the
     session answers it with an ``error``."""
 
-    code: Literal["invalid_message", "unknown_type", "rate_limited"]
+    code: Literal[
+        "invalid_message", "unknown_type", "rate_limited", "invalid_audio", "message_too_large"
+    ]
     message: str
     in_reply_to: str | None = None
     retryable: bool = False

@@ -13,14 +13,21 @@ from typing import Any, Literal
 
 import msgspec
 
+from gateway.core.audio import AudioSettings
 from gateway.core.inbound import CallStatus, ResponseStatus, Widget
 
 __all__ = [
     "PROTOCOL_VERSION",
     "AgentTransferred",
+    "AudioDone",
+    "AudioFlush",
     "ClientCall",
     "ConfirmItem",
     "Error",
+    "InputAudioCleared",
+    "InputSpeechStarted",
+    "InputSpeechStopped",
+    "InputTranscript",
     "Limits",
     "Outbound",
     "Pong",
@@ -95,13 +102,19 @@ class SessionCreated(ServerMsg, tag="session.created"):
     protocol_version: int
     tools: list[ToolInfo] = []
     limits: Limits | None = None
+    audio: AudioSettings | None = None
+    """The session's audio, when ``session.start`` turned it on (docs/voice.md)."""
+    voices: list[str] = []
+    """The voices the gateway speaks in, its default first; none: it cannot turn audio on."""
 
 
 class SessionUpdated(ServerMsg, tag="session.updated"):
-    """The answer to ``session.update``: the session's tools now."""
+    """The answer to ``session.update``: the session's tools now, and its audio."""
 
     tools: list[ToolInfo] = []
     in_reply_to: str | None = None
+    audio: AudioSettings | None = None
+    """The audio in force (``None``: off), every field as applied."""
 
 
 class SessionResumed(ServerMsg, tag="session.resumed"):
@@ -306,6 +319,49 @@ class Pong(ServerMsg, tag="pong"):
     ts: float | None = None
 
 
+class InputSpeechStarted(ServerMsg, tag="input_audio.speech_started"):
+    """The user started speaking, ``offset_ms`` into the session's input audio."""
+
+    offset_ms: int
+
+
+class InputSpeechStopped(ServerMsg, tag="input_audio.speech_stopped"):
+    """The user stopped speaking (the end of their turn), ``offset_ms`` into the audio."""
+
+    offset_ms: int
+
+
+class InputTranscript(ServerMsg, tag="input_audio.transcript"):
+    """What the user said: a partial (``final`` false) that may change, or the final text,
+    which becomes their message ``message_id`` (``response.created.in_reply_to``)."""
+
+    text: str
+    final: bool
+    message_id: str | None = None
+
+
+class InputAudioCleared(ServerMsg, tag="input_audio.cleared"):
+    """The answer to ``input_audio.clear``: the turn's audio so far is dropped."""
+
+    in_reply_to: str | None = None
+
+
+class AudioFlush(ServerMsg, tag="audio.flush"):
+    """Barge-in: stop playing ``response_id`` now and drop what is buffered of it, then
+    say how much was played (``response.truncate`` with ``audio_end_ms``)."""
+
+    response_id: str
+
+
+class AudioDone(ServerMsg, tag="audio.done"):
+    """Every audio frame of ``response_id`` was sent (``completed``), or its audio stopped
+    at a barge-in (``interrupted``): ``audio_ms`` of it in all."""
+
+    response_id: str
+    audio_ms: int
+    status: Literal["completed", "interrupted"] = "completed"
+
+
 Outbound = (
     SessionCreated
     | SessionUpdated
@@ -325,4 +381,10 @@ Outbound = (
     | ResponseDone
     | Error
     | Pong
+    | InputSpeechStarted
+    | InputSpeechStopped
+    | InputTranscript
+    | InputAudioCleared
+    | AudioFlush
+    | AudioDone
 )

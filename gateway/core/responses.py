@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.core.audio import SpokenAudio, heard_chars, word_end
 from gateway.core.dispatch import Completion, Dispatcher
-from gateway.core.event import CallModel, CancelModel, ModelFailed
+from gateway.core.event import CallModel, CancelModel, EndSpeech, ModelFailed, Speak
 from gateway.core.history import History
 from gateway.core.inbound import ResponseStatus, ResponseTruncate, UserMessage
 from gateway.core.model import (
@@ -106,10 +107,11 @@ class Responses:
             tools=msg.tools,
             max_steps=msg.max_steps or state.max_steps,
             tool_mode=msg.tool_mode or state.tool_mode,
-            voice=state.segments,
+            voice=state.segments or state.audio is not None,
+            spoken=state.audio is not None,
             in_reply_to=msg.id,
         )
-        state.latest_response = response.response_id
+        self._became_latest(response)
         self._out.send(ResponseCreated(response_id=response.response_id, in_reply_to=msg.id))
         self._start_step(response)
 
@@ -122,11 +124,19 @@ class Responses:
             tool_choice=state.tool_choice,
             max_steps=state.max_steps,
             tool_mode=state.tool_mode,
-            voice=state.segments,
+            voice=state.segments or state.audio is not None,
+            spoken=state.audio is not None,
         )
-        state.latest_response = response.response_id
+        self._became_latest(response)
         self._out.send(ResponseCreated(response_id=response.response_id, call_id=call_id))
         self._start_step(response)
+
+    def _became_latest(self, response: ResponseState) -> None:
+        """``response`` is the latest one now (``response.truncate`` names it)."""
+        state = self._state
+        state.latest_response = response.response_id
+        if response.spoken:
+            state.spoken = SpokenAudio(response_id=response.response_id)
 
     def start_next(self) -> None:
         """After a response: the next queued message, else announced async results."""
@@ -193,6 +203,8 @@ class Responses:
                 usage=response.usage,
             )
         )
+        if response.spoken:
+            self._out.do(EndSpeech(response.response_id))
         state.response = None
         self._segmenter = None
         if state.ending is not None:  # the agent said goodbye in this response
@@ -240,28 +252,48 @@ class Responses:
         self._end_response(status, start_next=start_next)
 
     def truncate(self, msg: ResponseTruncate) -> None:
-        """Keep in the history only the part of the latest response the user heard; a
-        response still running stops first (the user spoke over it)."""
+        """Keep in the history only the part of the latest response the user heard (in
+        characters, or in milliseconds of its audio); a response still running stops first
+        (the user spoke over it)."""
         state = self._state
+        problem = None
         if msg.response_id != state.latest_response:
-            self._out.error(
-                "invalid_message",
-                f"response {msg.response_id[:64]!r} is not the latest one: only it can be"
-                " truncated",
-                in_reply_to=msg.id,
+            problem = (
+                f"response {msg.response_id[:64]!r} is not the latest one: only it can be truncated"
             )
+        elif (msg.heard_chars is None) == (msg.audio_end_ms is None):
+            problem = "give one of heard_chars and audio_end_ms"
+        elif msg.audio_end_ms is not None and (
+            state.spoken is None or state.spoken.response_id != msg.response_id
+        ):
+            problem = f"response {msg.response_id[:64]!r} was not spoken: give heard_chars"
+        if problem is not None:
+            self._out.error("invalid_message", problem, in_reply_to=msg.id)
             return
         running = state.response is not None
         if running:
             self.cancel(msg.response_id, start_next=False)
-        self._history.truncate_last_turn(msg.heard_chars)
+        if msg.heard_chars is not None:
+            heard = msg.heard_chars
+            self._history.truncate_last_turn(heard)
+        else:
+            assert state.spoken is not None
+            assert msg.audio_end_ms is not None
+            heard = self.keep_heard(state.spoken, msg.audio_end_ms)
         self._out.send(
-            ResponseTruncated(
-                response_id=msg.response_id, heard_chars=msg.heard_chars, in_reply_to=msg.id
-            )
+            ResponseTruncated(response_id=msg.response_id, heard_chars=heard, in_reply_to=msg.id)
         )
         if running and state.response is None:
             self.start_next()
+
+    def keep_heard(self, spoken: SpokenAudio, played_ms: int) -> int:
+        """Keep in the history the text the first ``played_ms`` of the latest response's
+        audio said, cut back to the end of a word (a word half heard was not heard); the
+        characters kept."""
+        text = self._history.last_turn_text()
+        heard = word_end(text, min(heard_chars(spoken, played_ms), len(text)))
+        self._history.truncate_last_turn(heard)
+        return heard
 
     def deliver(self, completion: Completion) -> None:
         """Give an async call's outcome to the model, as its ``delivery`` says."""
@@ -344,7 +376,10 @@ class Responses:
         for piece in pieces:
             response.segmented += len(piece)
             response.segments += 1
-            self._out.send(TextSegment(response_id=response.response_id, text=piece))
+            segment = TextSegment(response_id=response.response_id, text=piece)
+            self._out.send(segment)
+            if response.spoken:
+                self._out.do(Speak(response.response_id, segment.seq, piece))
 
     def _end_step_text(self, response: ResponseState, text: str) -> None:
         """The step's text is complete: its last segment (voice), then ``text.done``."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.audio import AudioSettings
 from gateway.core.call import Call, Ledger
 from gateway.core.dispatch import Dispatcher
 from gateway.core.event import (
@@ -31,15 +32,23 @@ from gateway.core.event import (
     Event,
     ModelFailed,
     ModelOutput,
+    SegmentSpoken,
     ShuttingDown,
+    SpeechDone,
+    SpeechStarted,
+    SpeechStopped,
     Tick,
     ToolFinished,
     ToolProgress,
+    Transcribed,
+    VoiceFailed,
 )
 from gateway.core.history import History, Mark
 from gateway.core.inbound import (
     Ack,
     DecodeFailure,
+    InputAudioClear,
+    InputAudioCommit,
     Ping,
     ResponseCancel,
     ResponseTruncate,
@@ -69,6 +78,7 @@ from gateway.core.outbox import Outbox
 from gateway.core.principal import Principal
 from gateway.core.responses import Responses, seen_text
 from gateway.core.settings import AgentProfile, SessionSettings
+from gateway.core.speech import Speech
 from gateway.core.state import Phase, SessionState, new_state
 from gateway.core.terms import Terms
 from gateway.core.tool import ToolRegistry
@@ -166,6 +176,14 @@ class Session:
             outbox=self._out,
             new_id=new_id,
         )
+        self._speech = Speech(
+            state,
+            intake=self._intake,
+            responses=self._responses,
+            outbox=self._out,
+            new_id=new_id,
+            voices=settings.voices,
+        )
         self._on_text = self._responses.on_text
         """Bound once: every text delta of every answer comes this way (``model_text``)."""
 
@@ -193,6 +211,11 @@ class Session:
     def metadata(self) -> dict[str, Any]:
         """What the client sent in ``session.start``; kept for the application."""
         return self._state.metadata
+
+    @property
+    def audio(self) -> AudioSettings | None:
+        """The session's audio, while it is on (the voice pipeline listens under it)."""
+        return self._state.audio
 
     @property
     def time_zone(self) -> str | None:
@@ -296,9 +319,13 @@ class Session:
             case Ack():
                 pass  # the driver trims the event log; nothing changes in the session
             case SessionUpdate():
-                if self._terms.update(event):
+                can, audio = self._speech.settings_for(event.audio, event.id)
+                if can and self._terms.update(event):
+                    self._speech.apply(audio)
                     tools = tool_infos(self._calls.tools)
-                    self._out.send(SessionUpdated(tools=tools, in_reply_to=event.id))
+                    self._out.send(
+                        SessionUpdated(tools=tools, in_reply_to=event.id, audio=state.audio)
+                    )
             case UserMessage():
                 if self._intake.admit(event):
                     if state.response is None:
@@ -337,6 +364,22 @@ class Session:
                 for completion in self._calls.expire_due(now):
                     responses.deliver(completion)
                 responses.advance_if_step_settled()
+            case SegmentSpoken():
+                self._speech.segment_spoken(event)
+            case Transcribed():
+                self._speech.transcribed(event)
+            case SpeechStarted():
+                self._speech.started(event)
+            case SpeechStopped():
+                self._speech.stopped(event)
+            case SpeechDone():
+                self._speech.done(event)
+            case InputAudioCommit():
+                self._speech.commit(event)
+            case InputAudioClear():
+                self._speech.clear(event)
+            case VoiceFailed():
+                self._speech.failed(event)
 
     @property
     def history_mark(self) -> Mark:
@@ -459,8 +502,10 @@ class Session:
                 "invalid_message", "the session has already started", in_reply_to=msg.id
             )
             return
-        if not self._terms.start(msg):
+        can, audio = self._speech.settings_for(msg.audio, msg.id)
+        if not can or not self._terms.start(msg):
             return
+        self._speech.apply(audio)
         state.phase = Phase.OPEN
         state.metadata = msg.metadata
         state.time_zone = msg.time_zone
@@ -473,6 +518,8 @@ class Session:
                 agent=settings.agent,
                 tools=tool_infos(self._calls.tools),
                 limits=settings.limits,
+                audio=state.audio,
+                voices=list(settings.voices),
             )
         )
 
@@ -486,7 +533,13 @@ LOG_ONLY = (Ping, Ack, DecodeFailure)
 the frame): a durable store need not save the state for them (``catch_up``)."""
 
 
-_FRAME_ERRORS = ("invalid_message", "unknown_type", "rate_limited", "message_too_large")
+_FRAME_ERRORS = (
+    "invalid_message",
+    "unknown_type",
+    "rate_limited",
+    "message_too_large",
+    "invalid_audio",
+)
 """The codes of the errors a ``DecodeFailure`` causes."""
 
 

@@ -57,6 +57,9 @@ class SessionSettings:
     """The rules tools name in ``confirm_rule`` (``gateway.core.confirm``), by reference."""
     agents: Callable[[str], AgentProfile | None] = lambda _: None
     """The agents a session may be handed to, by name (their tools as they are now)."""
+    voices: tuple[str, ...] = ()
+    """The voices the gateway's speech engines have, the default first; none: a session
+    cannot turn audio on (``gateway.core.audio``)."""
 
     def switched(self, profile: AgentProfile) -> SessionSettings:
         """These settings with ``profile``'s agent in place of this one."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.audio import AudioSettings, SpokenAudio
 from gateway.core.call import Call
 from gateway.core.inbound import ToolSpec, UserMessage
 from gateway.core.model import ModelToolCall
@@ -92,8 +93,10 @@ class ResponseState(msgspec.Struct, kw_only=True):
     segments: int = 0
     """Voice sessions: ``text.segment`` events this response sent so far."""
     voice: bool = False
-    """The session asked for segments when this response started (a change applies to
-    the responses after it)."""
+    """The session asked for segments (or audio) when this response started (a change
+    applies to the responses after it)."""
+    spoken: bool = False
+    """The session's audio was on when this response started: its segments are spoken."""
     in_reply_to: str | None = None
     """The id of the user message it answers (``None``: an async result's response)."""
 
@@ -140,6 +143,10 @@ class SessionState(msgspec.Struct, kw_only=True):
     """The id of the latest response (``response.truncate``)."""
     segments: bool = False
     """Voice: the session sends ``text.segment`` events."""
+    audio: AudioSettings | None = None
+    """Voice: the session's audio, when it is on."""
+    spoken: SpokenAudio | None = None
+    """Voice: the audio of the latest response that had some (``response.truncate``)."""
 
 
 def new_state(

@@ -42,7 +42,7 @@ from websockets.protocol import State
 
 from gateway.config import Config
 from gateway.errors import closing
-from gateway.shell.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY
+from gateway.shell.connection import ABORT_SCOPE_KEY, FRAME_WRITER_SCOPE_KEY, BinaryFrame
 
 __all__ = ["GatewayHttpProtocol", "GatewayWebSocketProtocol", "fit_open_file_limit", "protocols"]
 
@@ -61,12 +61,13 @@ def _framed(frames: list[bytes]) -> list[bytes]:
     out: list[bytes] = []
     for data in frames:
         size = len(data)
+        opcode = 0x82 if type(data) is BinaryFrame else 0x81  # FIN and binary, or text
         if size < 126:
-            out.append(_SHORT_HEADERS[size])
+            out.append(_SHORT_HEADERS[size] if opcode == 0x81 else bytes((opcode, size)))
         elif size < 65_536:
-            out.append(_MEDIUM_HEADER.pack(0x81, 126, size))
+            out.append(_MEDIUM_HEADER.pack(opcode, 126, size))
         else:
-            out.append(_LONG_HEADER.pack(0x81, 127, size))
+            out.append(_LONG_HEADER.pack(opcode, 127, size))
         out.append(data)
     return out
 
@@ -232,9 +233,13 @@ class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
             raise ClientDisconnected()  # the peer's close came in: what send_text raises
         if self.conn.extensions:  # permessage-deflate: websockets compresses each frame
             for data in frames:
-                self.conn.send_text(data)
+                if type(data) is BinaryFrame:
+                    self.conn.send_binary(data)
+                else:
+                    self.conn.send_text(data)
             self.transport.write(b"".join(self.conn.data_to_send()))
-        elif len(frames) == 1 and len(frames[0]) < 126:  # a delta, a pong: the usual case
+        elif len(frames) == 1 and len(frames[0]) < 126 and type(frames[0]) is not BinaryFrame:
+            # A delta, a pong: the usual case.
             self.transport.write(_SHORT_HEADERS[len(frames[0])] + frames[0])
         else:
             self.transport.write(b"".join(_framed(frames)))

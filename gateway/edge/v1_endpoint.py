@@ -59,6 +59,11 @@ then closes with 1008 once the errors before it are sent (never sent itself)."""
 _BINARY = DecodeFailure(
     code="invalid_message", message="binary frames are not supported; send JSON text frames"
 )
+_AUDIO_FIRST = DecodeFailure(
+    code="invalid_audio", message="audio before session.start: send session.start first"
+)
+Frame = Inbound | DecodeFailure | bytes
+"""What the reader reads: a message, a frame that is not one, or audio (a v1 binary frame)."""
 
 
 async def realtime_endpoint(websocket: WebSocket) -> None:
@@ -135,6 +140,8 @@ async def _open(
         flood = closing("message_flood")
         conn.close(flood.code, flood.reason)
         return None
+    if isinstance(first, bytes):
+        first = _AUDIO_FIRST
     if isinstance(first, SessionResume):
         return await _resume(runtime, conn, first, principal)
     if isinstance(first, DecodeFailure) and first.msg_type == "session.resume":
@@ -189,14 +196,17 @@ async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
     # Closed by the server (takeover, 1013...): nothing more to read.
     conn.done.on_set(reader.end)
 
-    def feed(message: Inbound | DecodeFailure) -> bool:
-        if not driver.client_room.is_set():
-            return False  # the pump waits for room, as below
+    def feed(message: Frame) -> bool:
+        if isinstance(message, bytes) or not driver.client_room.is_set():
+            return False  # the pump waits for room, as below; audio may wait too
         driver.feed_client(message)
         return True
 
     reader.feed_directly(feed)
     while (message := await reader.next()) is not None:
+        if isinstance(message, bytes):
+            await driver.feed_audio(message)  # waits while the session's audio backlog is full
+            continue
         if message is _FLOODED:
             # Closed by the driver, after the rate_limited errors fed before it.
             flood = closing("message_flood")
@@ -273,7 +283,7 @@ class Reader:
         self._websocket = websocket
         self._decode = decode
         self._conn = conn
-        self._inbox: Inbox[Inbound | DecodeFailure] = Inbox(max_queued)
+        self._inbox: Inbox[Frame] = Inbox(max_queued)
         conn.inbox = self._inbox
         self._bucket = (
             _TokenBucket(rate, burst, asyncio.get_running_loop().time)
@@ -282,7 +292,7 @@ class Reader:
         )
         self._flood_after = burst or 0
         self._refused_in_a_row = 0
-        self._feed: Callable[[Inbound | DecodeFailure], bool] | None = None
+        self._feed: Callable[[Frame], bool] | None = None
         self._waiting = False
         """``next`` waits on an empty inbox: its caller holds no frame."""
         self._task = asyncio.create_task(self._read(), name="gateway:receive")
@@ -297,6 +307,11 @@ class Reader:
                     self.close_code = message.get("code")
                     return
                 text = message.get("text")
+                if text is None and self._decode is None and message.get("bytes") is not None:
+                    # Audio: bounded by the session's own audio limits, not by the frame rate.
+                    if not await self._inbox.put(message["bytes"]):
+                        return
+                    continue
                 if self._decode is not None:
                     if not await self._take(text, self._decode):
                         return
@@ -376,13 +391,13 @@ class Reader:
         """Drop what is unread: ``next`` returns ``None`` from now on."""
         self._inbox.drop()
 
-    def feed_directly(self, feed: Callable[[Inbound | DecodeFailure], bool]) -> None:
+    def feed_directly(self, feed: Callable[[Frame], bool]) -> None:
         """From now on, hand a frame read while ``next``'s caller waits on an empty inbox
         to ``feed`` instead, unless it returns ``False`` (no room: the frame goes to the
         inbox). Saves a hop between tasks per frame: a ping's pong is a round trip."""
         self._feed = feed
 
-    async def next(self) -> Inbound | DecodeFailure | None:
+    async def next(self) -> Frame | None:
         """The next frame, or ``None`` once the socket is gone (for good)."""
         self._waiting = True
         try:

@@ -45,6 +45,7 @@ __all__ = [
     "ABORT_SCOPE_KEY",
     "FRAME_WRITER_SCOPE_KEY",
     "Abort",
+    "BinaryFrame",
     "Connection",
     "FrameWriter",
     "Socket",
@@ -59,10 +60,18 @@ ABORT_SCOPE_KEY = "gateway.abort"
 """ASGI scope key under which the gateway's server puts an ``Abort`` for the WebSocket."""
 
 
+class BinaryFrame(bytes):
+    """A frame to send as a binary WebSocket frame (the answer's audio); every other frame
+    is a text frame, UTF-8 JSON."""
+
+    __slots__ = ()
+
+
 class FrameWriter(Protocol):
-    """Writes text frames, each already UTF-8 JSON, in one write to the socket: what the
-    gateway's server offers besides ASGI's one ``websocket.send`` (a ``str``, encoded
-    again) per event. Both methods raise once the peer is gone."""
+    """Writes text frames, each already UTF-8 JSON, in one write to the socket (and binary
+    ones, each a ``BinaryFrame``): what the gateway's server offers besides ASGI's one
+    ``websocket.send`` (a ``str``, encoded again) per event. Both methods raise once the
+    peer is gone."""
 
     def write_now(self, frames: list[bytes]) -> bool:
         """Write ``frames`` now, unless the socket's buffer is full: then write nothing
@@ -83,6 +92,8 @@ class Socket(Protocol):
     """What a Connection needs of a WebSocket (Starlette's fits)."""
 
     async def send_text(self, data: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None: ...
 
@@ -160,6 +171,12 @@ class Connection:
         1013. With a codec, ``msg=None`` sends ``data`` as a frame of its protocol
         already (the codec's own answers)."""
         if self.queue(msg, data):
+            self._kick()
+
+    def send_binary(self, frame: BinaryFrame) -> None:
+        """Queue a binary frame outside the session's log (the answer's audio), written
+        after the events queued before it; under the same bounds as events."""
+        if self.codec is None and self.queue(None, frame):
             self._kick()
 
     def send_all(self, sent: list[tuple[ServerMsg, bytes]]) -> None:
@@ -341,7 +358,10 @@ class Connection:
                         await self._frames.write(batch)
                     else:
                         for frame in batch:
-                            await self._socket.send_text(frame.decode())
+                            if type(frame) is BinaryFrame:
+                                await self._socket.send_bytes(frame)
+                            else:
+                                await self._socket.send_text(frame.decode())
                     batch = None
             finally:
                 self._sending_since = None

@@ -37,6 +37,7 @@ from gateway.core.event import (
     CallModel,
     Disconnected,
     Event,
+    Listen,
     ModelOutput,
     ShuttingDown,
     Tick,
@@ -68,6 +69,7 @@ from gateway.shell.session_queue import (
     TakePosts,
 )
 from gateway.shell.tool_runner import ToolRunner
+from gateway.shell.voice import AUDIO_OFF, SessionVoice, VoiceEffect, VoicePool
 from gateway.store import Lease, LeaseLost, Store
 from gateway.tools.toolbox import Toolbox
 from gateway.wire.v1 import Ack, Ping, SessionStart, SessionUpdate
@@ -112,6 +114,8 @@ class Driver:
         adopted_from: for a session taken over from another node, the ``seq`` of the
             state the store has (the session was caught up from the log since): the log
             is never trimmed past it, and the first commit saves the whole state again.
+        voice: the node's speech engines, for a session that turns audio on (``None``:
+            none; the core then refuses audio, its settings have no voices).
     """
 
     # Slots: every session has a driver (a slotted instance holds no dict).
@@ -131,6 +135,8 @@ class Driver:
         "_store",
         "_tools",
         "_ttl",
+        "_voice",
+        "_voice_pool",
         "detached",
         "lease",
         "moved",
@@ -153,8 +159,12 @@ class Driver:
         lease: Lease | None = None,
         max_client_events: int = 256,
         adopted_from: int | None = None,
+        voice: VoicePool | None = None,
     ) -> None:
         self.session = session
+        self._voice_pool = voice
+        self._voice: SessionVoice | None = None
+        """The session's audio, made when it is first turned on."""
         self._provider = provider
         self._others = agents or {}
         self._store = store
@@ -173,6 +183,7 @@ class Driver:
             clock=clock,
             tools=self._tools,
             model_step=self._model_step,
+            voice=self._voice_effect,
         )
         self._journal = Journal(
             session,
@@ -239,6 +250,27 @@ class Driver:
             return
         self._queue.put_client(event)
 
+    async def feed_audio(self, pcm: bytes) -> None:
+        """A binary frame the client sent: the user's audio (``gateway.shell.voice``);
+        waits while the session's audio backlog is full."""
+        if self._voice is None:
+            self.feed_client(AUDIO_OFF)
+        else:
+            await self._voice.hear(pcm)
+
+    def _voice_effect(self, effect: VoiceEffect) -> None:
+        """Carry out a voice effect; the session's voice is made at the first."""
+        if self._voice is None:
+            if self._voice_pool is None:
+                return  # the core never asks without voices: a node with none
+            self._voice = SessionVoice(
+                self._voice_pool,
+                conn=lambda: self._effects.conn,
+                feed=self.feed,
+                responding=lambda: self.session.responding,
+            )
+        self._voice.carry_out(effect)
+
     def _idle(self) -> bool:
         """The loop waits on an empty queue and the store commits at once: an event that
         only adds to the log may be applied by whoever has it, in order, without waking
@@ -292,6 +324,8 @@ class Driver:
         and what was posted to its inbox meanwhile.
         """
         self._effects.tell(lambda observer, now: observer.started(now))
+        if self.session.audio is not None:  # taken over with its audio on
+            self._voice_effect(Listen(self.session.audio))
         try:
             self._journal.opened(self.session.effects())
             await self._flush()
@@ -339,6 +373,8 @@ class Driver:
                     self._end_socket("session_ended", flush=True)
                 await self._effects.cancel_all()
                 await self._journal.end()
+            if self._voice is not None:
+                await self._voice.aclose()
             self.quiet.set()
             self._effects.tell(lambda observer, now: observer.ended(now))
 

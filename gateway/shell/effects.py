@@ -20,10 +20,25 @@ from typing import Any
 import structlog
 
 from gateway.core.durability import Sends
-from gateway.core.event import CallModel, CancelModel, CancelTool, Effect, RunTool, SaveCall, Send
+from gateway.core.event import (
+    CallModel,
+    CancelModel,
+    CancelTool,
+    ClearAudio,
+    CommitAudio,
+    Effect,
+    EndSpeech,
+    Listen,
+    RunTool,
+    SaveCall,
+    Send,
+    Speak,
+    StopSpeaking,
+)
 from gateway.shell.connection import Connection
 from gateway.shell.observe import SessionObserver
 from gateway.shell.tool_runner import ToolRunner
+from gateway.shell.voice import VoiceEffect
 from gateway.wire.v1 import ServerMsg, encode
 
 __all__ = ["Effects"]
@@ -39,9 +54,19 @@ class Effects:
         clock: wall-clock seconds, the time observers are told.
         tools: runs the session's server tools.
         model_step: the work of a model step (``ModelStep.run``), to run as a task.
+        voice: carries out the voice effects (the session's audio).
     """
 
-    __slots__ = ("_clock", "_model_step", "_observers", "_tasks", "_tool_keys", "_tools", "conn")
+    __slots__ = (
+        "_clock",
+        "_model_step",
+        "_observers",
+        "_tasks",
+        "_tool_keys",
+        "_tools",
+        "_voice",
+        "conn",
+    )
 
     def __init__(
         self,
@@ -50,11 +75,13 @@ class Effects:
         clock: Callable[[], float],
         tools: ToolRunner,
         model_step: Callable[[CallModel], Coroutine[Any, Any, None]],
+        voice: Callable[[VoiceEffect], None],
     ) -> None:
         self._observers = tuple(observers)
         self._clock = clock
         self._tools = tools
         self._model_step = model_step
+        self._voice = voice
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Model streams by step id and server tools by call id."""
         self._tool_keys: set[str] = set()
@@ -129,6 +156,8 @@ class Effects:
                 task = self._tasks.get(key)
                 if task is not None:
                     task.cancel()
+            case Speak() | EndSpeech() | StopSpeaking() | Listen() | CommitAudio() | ClearAudio():
+                self._voice(effect)
 
     def _start(self, key: str, work: Coroutine[Any, Any, None]) -> None:
         # A done callback, not a wrapping coroutine: a model stream resumes once per delta,

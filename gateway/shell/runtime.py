@@ -34,6 +34,7 @@ from gateway.shell.driver import Driver
 from gateway.shell.metrics import Metrics
 from gateway.shell.observe import LogObserver
 from gateway.shell.schema_worker import SchemaWorker
+from gateway.shell.voice import VoicePool
 from gateway.store import Lease, SessionRecord, Store, store_from_config
 from gateway.wire.v1 import Limits, SessionResume
 
@@ -89,6 +90,8 @@ class Runtime:
         )
         """Client-function schema limits, and the schemas checked so far (all sessions)."""
         self.schema_worker = SchemaWorker(self.schema_guard)
+        self.voice = VoicePool.from_config(config)
+        """The speech engines for sessions' audio (their workers start with the first)."""
 
         self.sockets = AddressCounter(
             config.max_sockets_per_ip, exempt=proxy_networks(config.forwarded_allow_ips)
@@ -205,6 +208,7 @@ class Runtime:
             principal=principal,
             schema_guard=self.schema_guard,
             max_history_chars=config.max_history_chars,
+            voices=self.voice.voices,
         )
 
     def _profile(self, name: str) -> AgentProfile | None:
@@ -263,6 +267,7 @@ class Runtime:
             lease=lease,
             max_client_events=self.config.max_inbound_queue,
             adopted_from=adopted_from,
+            voice=self.voice,
         )
         self.drivers[driver.session_id] = driver
         self.idle.clear()
@@ -319,6 +324,7 @@ class Runtime:
         for task in runs:
             task.cancel()
         await asyncio.gather(*runs, self.cluster.aclose(), return_exceptions=True)
+        await self.voice.aclose()
         await self.store.aclose()
         for agent in self.agents.values():
             await agent.aclose()

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.audio import AudioRequest, AudioSettings
 from gateway.core.inbound import (
     CLIENT_MESSAGE_TYPES,
     Ack,
@@ -23,6 +24,8 @@ from gateway.core.inbound import (
     ClientMsg,
     DecodeFailure,
     Inbound,
+    InputAudioClear,
+    InputAudioCommit,
     Ping,
     ResponseCancel,
     ResponseStatus,
@@ -42,9 +45,15 @@ from gateway.core.inbound import (
 from gateway.core.outbound import (
     PROTOCOL_VERSION,
     AgentTransferred,
+    AudioDone,
+    AudioFlush,
     ClientCall,
     ConfirmItem,
     Error,
+    InputAudioCleared,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscript,
     Limits,
     Outbound,
     Pong,
@@ -76,6 +85,10 @@ __all__ = [
     "TOKEN_SUBPROTOCOL_PREFIX",
     "Ack",
     "AgentTransferred",
+    "AudioDone",
+    "AudioFlush",
+    "AudioRequest",
+    "AudioSettings",
     "CallStatus",
     "ClientCall",
     "ClientMsg",
@@ -83,6 +96,12 @@ __all__ = [
     "DecodeFailure",
     "Error",
     "Inbound",
+    "InputAudioClear",
+    "InputAudioCleared",
+    "InputAudioCommit",
+    "InputSpeechStarted",
+    "InputSpeechStopped",
+    "InputTranscript",
     "Limits",
     "Outbound",
     "Ping",

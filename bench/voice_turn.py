@@ -1,0 +1,232 @@
+"""A spoken turn's latency and cost, over a real socket: the end of the user's speech to the
+first byte of the answer's audio.
+
+The gateway runs in this process on a free port with the demo agent (its scripted model at
+its own pace, a word every 30 ms, about as fast as a hosted model streams) and the offline
+speech engines in ``--workers`` worker processes. A client (the Python SDK) says each of the
+demo's phrases, synthesized by piper, in 20 ms frames paced in real time, as a microphone
+would, and records when each event and the first audio frame arrive. Per turn:
+
+- **true end**: when the last sample of speech went out (the clip's speech edge, found by
+  ``speech_edges_ms``), so *after true end* includes the turn detector's wait (``silence_ms``,
+  500 ms in ``server_vad``; less in ``semantic`` when the words are complete);
+- **speech_stopped -> first audio**, split into: *STT final* (speech_stopped to the final
+  transcript), *model* (the final transcript to the first ``text.segment``: the model's first
+  words, up to a clause the TTS can speak), *TTS* (the first segment to the first audio frame);
+- **engines alone**: the same finish and first chunk timed on the worker pool directly, with
+  no session (``Transcription.finish`` after the clip; ``synthesize`` of the answer's first
+  segment); *gateway's own* = the STT and TTS legs minus the engines' own time for them.
+
+CPU: the gateway process and its workers (``/proc``), per second of conversation audio (the
+user's and the answers'). Prints figures; asserts nothing.
+
+    .venv/bin/python -m bench.voice_turn [rounds] [server_vad|semantic]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Any
+
+from client_sdk import connect
+from gateway.agent.file import DEMO_AGENT
+from gateway.logging import configure_logging
+from gateway.voice.offline import PiperTTS
+from gateway.voice.workers import VoiceWorkers
+from gateway.wire.v1 import (
+    AudioDone,
+    InputSpeechStopped,
+    InputTranscript,
+    TextSegment,
+)
+from tests.support import serving
+from tests.voice_support import DEMO_PHRASES, chunks, speech_edges_ms
+
+__all__: list[str] = []
+
+RATE = 16000
+OUT_RATE = 24000
+FRAME_MS = 20
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def one_turn(
+    conv: Any, pcm: bytes, speech_end_ms: int
+) -> tuple[dict[str, float], str, int, int]:
+    """Say ``pcm``; the arrival times (relative to the true end of speech), the first
+    segment's text, the answer's audio ms and the user's audio ms."""
+    events, audio = conv.events(), conv.audio()
+    marks: dict[str, float] = {}
+    first_segment = ""
+
+    async def first_audio() -> None:
+        async for _ in audio:
+            marks.setdefault("audio", time.perf_counter())
+            return
+
+    watching = asyncio.create_task(first_audio())
+    start = time.perf_counter()
+    for n, chunk in enumerate(chunks(pcm, RATE, FRAME_MS)):
+        await conv.send_audio(chunk)
+        # Paced as a microphone: the frame n + 1 is due (n + 1) * 20 ms after the start.
+        await asyncio.sleep(max(0.0, start + (n + 1) * FRAME_MS / 1000 - time.perf_counter()))
+    done: AudioDone | None = None
+    async with asyncio.timeout(60):
+        async for event in events:
+            now = time.perf_counter()
+            match event:
+                case InputSpeechStopped():
+                    marks.setdefault("stopped", now)
+                case InputTranscript(final=True):
+                    marks.setdefault("final", now)
+                case TextSegment(text=text):
+                    if "segment" not in marks:
+                        marks["segment"], first_segment = now, text
+                case AudioDone():
+                    done = event
+                    break
+    await watching
+    true_end = start + speech_end_ms / 1000
+    assert done is not None
+    return (
+        {name: at - true_end for name, at in marks.items()},
+        first_segment,
+        done.audio_ms,
+        len(pcm) * 1000 // (2 * RATE),
+    )
+
+
+async def engines_alone(workers: VoiceWorkers, pcm: bytes, segment: str) -> tuple[float, float]:
+    """(STT finish s, TTS first chunk s) of the engines on the pool, with no session."""
+    stream = await workers.open_transcription(vad=True)
+    for chunk in chunks(pcm, RATE, FRAME_MS):
+        await stream.hear(chunk)
+    began = time.perf_counter()
+    await stream.finish()
+    stt = time.perf_counter() - began
+    began = time.perf_counter()
+    synthesis = workers.synthesize(segment, OUT_RATE)
+    await anext(synthesis)
+    tts = time.perf_counter() - began
+    await synthesis.aclose()
+    return stt, tts
+
+
+async def main(rounds: int, mode: str, processes: int) -> None:
+    configure_logging("warning")
+    tts = PiperTTS()
+    clips = {
+        phrase: b"\0\0" * (RATE * 3 // 10) + b"".join(tts.synthesize(phrase, RATE))
+        for phrase in DEMO_PHRASES
+    }
+    silence = b"\0\0" * (RATE * 12 // 10)  # the turn ends in it
+    rows: list[dict[str, float]] = []
+    alone: list[tuple[float, float]] = []
+    said: list[tuple[bytes, str]] = []
+    audio_ms = 0
+    async with serving(agent=str(DEMO_AGENT), voice_workers=processes) as gateway:
+        async with connect(gateway.url, audio={"turn_detection": mode}) as conv:
+
+            @conv.client_function("get_battery_level")
+            async def battery() -> dict[str, Any]:
+                return {"level": 0.82, "charging": False}
+
+            @conv.client_function("open_settings")
+            async def settings(section: str = "general") -> dict[str, Any]:
+                return {"opened": section}
+
+            @conv.client_function("get_nearest_store")
+            async def store(zip_code: str) -> dict[str, Any]:
+                return {"name": "Main St", "distance_km": 1.2}
+
+            await conv.start()
+            workers = await gateway.runtime.voice.workers()
+            # A warm-up turn: the workers' decoders and the model's first answer.
+            await one_turn(conv, clips["hello"] + silence, speech_edges_ms(clips["hello"], RATE)[1])
+            pids = workers.pids
+            cpu_before = self_cpu() + sum(proc_cpu(pid) for pid in pids)
+            for _ in range(rounds):
+                for clip in clips.values():
+                    end = speech_edges_ms(clip, RATE)[1]
+                    marks, segment, answer_ms, user_ms = await one_turn(conv, clip + silence, end)
+                    rows.append(marks)
+                    audio_ms += answer_ms + user_ms
+                    said.append((clip + silence, segment))
+            cpu = self_cpu() + sum(proc_cpu(pid) for pid in pids) - cpu_before
+            for clip, segment in said:  # after the CPU count: the engines' own time
+                alone.append(await engines_alone(workers, clip, segment))
+
+    def column(name: str) -> list[float]:
+        return [1000 * value for value in name_values(name)]
+
+    def name_values(name: str) -> list[float]:
+        legs = {
+            "after true end": [r["audio"] for r in rows],
+            "after speech_stopped": [r["audio"] - r["stopped"] for r in rows],
+            "STT final": [r["final"] - r["stopped"] for r in rows],
+            "model (to first segment)": [r["segment"] - r["final"] for r in rows],
+            "TTS (segment to audio)": [r["audio"] - r["segment"] for r in rows],
+            "STT finish, engine alone": [a[0] for a in alone],
+            "TTS first chunk, engine alone": [a[1] for a in alone],
+            "gateway's own": [
+                (r["final"] - r["stopped"]) - a[0] + (r["audio"] - r["segment"]) - a[1]
+                for r, a in zip(rows, alone, strict=True)
+            ],
+            "turn detector (true end to stopped)": [r["stopped"] for r in rows],
+        }
+        return legs[name]
+
+    print(
+        f"{len(rows)} spoken turns ({rounds} rounds of {len(clips)} phrases), {mode},"
+        f" {processes} speech worker(s), on {os.cpu_count()} CPUs"
+    )
+    for name in (
+        "after true end",
+        "turn detector (true end to stopped)",
+        "after speech_stopped",
+        "STT final",
+        "model (to first segment)",
+        "TTS (segment to audio)",
+        "STT finish, engine alone",
+        "TTS first chunk, engine alone",
+        "gateway's own",
+    ):
+        values = column(name)
+        print(
+            f"  {name:38} p50 {statistics.median(values):6.0f} ms"
+            f"   p90 {pct(values, 0.9):6.0f} ms   max {max(values):6.0f} ms"
+        )
+    print(
+        f"  CPU: {cpu:.1f} s for {audio_ms / 1000:.1f} s of conversation audio"
+        f" = {cpu / (audio_ms / 1000):.3f} CPU s per s (the gateway's process, which hosts the"
+        " client too, and its speech workers)"
+    )
+
+
+if __name__ == "__main__":
+    _rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    _mode = sys.argv[2] if len(sys.argv) > 2 else "server_vad"
+    _processes = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    asyncio.run(main(_rounds, _mode, _processes))

@@ -1,0 +1,378 @@
+"""Voice on the v1 socket, end to end: synthesized speech in as binary frames over a real
+socket, through the real gateway and its speech workers, the answer's audio back.
+
+The Python SDK is the client (``connect(url, audio=...)``, ``send_audio``, ``audio()``).
+Speech is piper's (the offline TTS, loaded once per module); what comes back is transcribed
+by pocketsphinx. Each gateway runs one speech worker: a worker loads the engines in about
+2 s, and these tests start a gateway each (the event loop is per test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client_sdk import Conversation, connect
+from gateway.agent.file import DEMO_AGENT
+from gateway.voice.offline import PRIMING_TEXT, PiperTTS, PocketsphinxSTT
+from gateway.voice.resample import Resampler
+from gateway.wire.audio_frame import AnswerAudio
+from gateway.wire.v1 import (
+    AudioDone,
+    AudioFlush,
+    Error,
+    InputAudioCleared,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscript,
+    Outbound,
+    ResponseDone,
+    ResponseTruncated,
+    SessionUpdated,
+    TextDone,
+    TextSegment,
+    ToolCalls,
+)
+from tests.mock_llm import MockLLM, mock_llm
+from tests.support import Gateway, serving
+from tests.test_truncate import assistant_texts
+from tests.voice_support import chunks, echo_of, rms
+
+pytestmark = pytest.mark.slow
+
+VOICE_AGENT = Path(__file__).parent / "data" / "voice_agent.toml"
+WAIT = 60.0
+"""Seconds any one wait may take: the first waits include the worker's start."""
+SILENCE = b"\0\0" * 16000  # 1 s at 16 kHz
+
+
+@pytest.fixture(scope="module")
+def tts() -> PiperTTS:
+    return PiperTTS()
+
+
+@pytest.fixture(scope="module")
+def stt(tts: PiperTTS) -> PocketsphinxSTT:
+    stt = PocketsphinxSTT()
+    stt.prime(b"".join(tts.synthesize(PRIMING_TEXT, stt.sample_rate)))
+    return stt
+
+
+def spoken(tts: PiperTTS, text: str, rate: int = 16000) -> bytes:
+    """``text`` as the user says it: 300 ms of silence, the words, 1 s of silence."""
+    silence = b"\0\0" * rate
+    return silence[: rate * 6 // 10] + b"".join(tts.synthesize(text, rate)) + silence
+
+
+def transcribe(stt: PocketsphinxSTT, pcm: bytes, rate: int) -> str:
+    resampler = Resampler(rate, stt.sample_rate)
+    stream = stt.stream()
+    stream.feed(resampler.feed(pcm) + resampler.flush())
+    return stream.finish().text
+
+
+async def say_out_loud(conv: Conversation, pcm: bytes, rate: int = 16000) -> None:
+    """Send ``pcm`` in 20 ms binary frames, as a microphone would (as fast as the socket
+    takes them: the gateway paces a fast sender itself)."""
+    for chunk in chunks(pcm, rate, 20):
+        await conv.send_audio(chunk)
+
+
+def _final(event: Outbound) -> bool:
+    return isinstance(event, InputTranscript) and event.final
+
+
+def _cleared(event: Outbound) -> bool:
+    return isinstance(event, InputAudioCleared)
+
+
+async def until(
+    events: AsyncIterator[Outbound],
+    match: type | Callable[[Outbound], bool],
+    seen: list[Outbound],
+) -> Any:
+    """Read ``events`` into ``seen`` up to the first that ``match`` (a type, or a test)
+    finds; return it."""
+    test = match if not isinstance(match, type) else (lambda e: isinstance(e, match))
+    async with asyncio.timeout(WAIT):
+        async for event in events:
+            seen.append(event)
+            if test(event):
+                return event
+    raise AssertionError(f"no event like {match}")
+
+
+async def collect(
+    audio: AsyncIterator[AnswerAudio],
+    into: list[AnswerAudio],
+    played: tuple[int, asyncio.Event] | None = None,
+) -> None:
+    """Read the answer's frames into ``into``; with ``played``, set its event once that
+    many bytes of audio came."""
+    async for frame in audio:
+        into.append(frame)
+        if played is not None and sum(len(f.pcm) for f in into) >= played[0]:
+            played[1].set()
+
+
+# ----------------------------------------------------------------- a spoken turn
+
+
+async def test_a_spoken_question_gets_the_call_and_a_spoken_answer(tts, stt):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={"output_rate": 24000}) as conv,
+    ):
+
+        @conv.client_function("get_battery_level")
+        async def battery() -> dict[str, Any]:
+            return {"level": 0.82, "charging": False}
+
+        created = await conv.start()
+        assert created.audio is not None
+        assert (created.audio.input_rate, created.audio.output_rate) == (16000, 24000)
+        events, frames = conv.events(), list[AnswerAudio]()
+        reading = asyncio.create_task(collect(conv.audio(), frames))
+        await say_out_loud(conv, spoken(tts, "what's my battery level?"))
+        seen: list[Outbound] = []
+        done = await until(events, AudioDone, seen)
+        reading.cancel()
+
+    kinds = [type(e) for e in seen]
+    assert kinds.index(InputSpeechStarted) < kinds.index(InputSpeechStopped)
+    started = next(e for e in seen if isinstance(e, InputSpeechStarted))
+    stopped = next(e for e in seen if isinstance(e, InputSpeechStopped))
+    assert 200 <= started.offset_ms < stopped.offset_ms  # 300 ms of silence first
+    final = next(e for e in seen if isinstance(e, InputTranscript) and e.final)
+    assert "battery" in final.text
+    assert final.message_id is not None
+    calls = next(e for e in seen if isinstance(e, ToolCalls))
+    assert calls.calls[0].tool == "get_battery_level"
+    text = next(e for e in seen if isinstance(e, TextDone)).text
+    assert "82%" in text
+    assert ResponseDone in kinds
+    assert TextSegment in kinds
+
+    # Every frame before audio.done, in order, of this response, non-silent.
+    response_id = done.response_id
+    assert frames
+    assert all(f.response_id == response_id for f in frames)
+    pcm = b"".join(f.pcm for f in frames)
+    assert done.status == "completed"
+    assert done.audio_ms == len(pcm) * 1000 // (2 * 24000)
+    offsets = [f.offset_ms for f in frames]
+    assert offsets == sorted(offsets)
+    assert offsets[0] == 0
+    segment_seqs = {e.seq for e in seen if isinstance(e, TextSegment)}
+    assert {f.seq for f in frames} <= segment_seqs
+    assert rms(pcm) > 300
+    # As long as the same words synthesized here (piper varies a little: 25 %).
+    alone = b"".join(tts.synthesize(text, 24000))
+    assert abs(len(pcm) - len(alone)) <= 0.25 * len(alone)
+    heard = transcribe(stt, pcm, 24000)
+    assert "battery" in heard or "eighty" in heard, heard
+
+
+async def test_manual_turns_end_at_commit_and_clear_drops_the_audio(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={"turn_detection": "manual"}) as conv,
+    ):
+        await conv.start()
+        events = conv.events()
+        await say_out_loud(conv, spoken(tts, "open the settings"))
+        await conv.clear_audio()
+        seen: list[Outbound] = []
+        await until(events, _cleared, seen)
+        await say_out_loud(conv, spoken(tts, "nearest store to 92031"))
+        await conv.commit_audio()
+        final = await until(events, _final, seen)
+        assert "store" in final.text
+        assert "settings" not in final.text
+        assert not any(isinstance(e, InputSpeechStarted | Error) for e in seen)
+        await until(events, ResponseDone, seen)
+
+
+# ----------------------------------------------------------------- barge-in (llmock)
+
+LONG_ANSWER = (
+    "The weather today is sunny and warm across the whole region. In the afternoon a light"
+    " breeze will come in from the west, and the evening stays clear and mild."
+)
+
+
+@pytest.fixture
+async def llm_voice() -> AsyncIterator[tuple[MockLLM, Gateway]]:
+    async with (
+        mock_llm() as llm,
+        serving(
+            agent=str(VOICE_AGENT),
+            model="openai:mock-model",
+            base_url=llm.base_url("openai"),
+            voice_workers=1,
+        ) as gateway,
+    ):
+        yield llm, gateway
+
+
+async def test_speaking_over_the_answer_cancels_it_and_the_history_keeps_what_played(
+    tts, llm_voice
+):
+    llm, gateway = llm_voice
+    # The first answer stalls after its first sentence (as a slow model would): it is still
+    # running when the user speaks over it.
+    await llm.script(
+        {"type": "reply", "text": LONG_ANSWER},
+        {"type": "stream_fault", "kind": "stall", "after_chunks": 14, "stall_seconds": 30},
+        {"type": "reply", "text": "Okay."},
+    )
+    async with connect(gateway.url, audio={}) as conv:
+        await conv.start()
+        events, frames = conv.events(), list[AnswerAudio]()
+        second_out = asyncio.Event()  # 1 s of the answer (at 24 kHz) is out
+        reading = asyncio.create_task(collect(conv.audio(), frames, (48000, second_out)))
+        await say_out_loud(conv, spoken(tts, "what's the weather like?"))
+        seen: list[Outbound] = []
+        segment = await until(events, TextSegment, seen)
+        async with asyncio.timeout(WAIT):
+            await second_out.wait()
+        await say_out_loud(conv, spoken(tts, "stop, what about tomorrow?"))
+        flush = await until(events, AudioFlush, seen)
+        assert flush.response_id == segment.response_id
+        played_ms = len(b"".join(f.pcm for f in frames)) * 1000 // (2 * 24000)
+        await conv.truncate(audio_end_ms=played_ms - 200)
+        truncated = await until(events, ResponseTruncated, seen)
+        done = next(e for e in seen if isinstance(e, ResponseDone))
+        assert (done.response_id, done.status) == (segment.response_id, "cancelled")
+        audio_done = next(e for e in seen if isinstance(e, AudioDone))
+        assert audio_done.status == "interrupted"
+        await until(events, _final, seen)
+        await until(events, AudioDone, seen)  # the answer to the new turn, spoken
+        reading.cancel()
+
+    heard = truncated.heard_chars
+    assert 0 < heard < len(segment.text) + 1
+    first, second = (await llm.requests())[:2]
+    assert assistant_texts(second.body, "openai") == [LONG_ANSWER[:heard]]
+    assert LONG_ANSWER[heard - 1] != " "
+    assert LONG_ANSWER[heard] in " ,."
+    del first
+
+
+async def test_the_answer_played_back_into_the_microphone_does_not_interrupt_it(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={}) as conv,
+    ):
+        await conv.start()
+        events, seen, frames = conv.events(), list[Outbound](), list[AnswerAudio]()
+        reading = asyncio.create_task(collect(conv.audio(), frames))
+        await say_out_loud(conv, spoken(tts, "do you have headphones in stock?"))
+        done = await until(events, AudioDone, seen)
+        reading.cancel()
+        # The device plays it (the gateway sends faster than it plays): its sound comes
+        # back into the microphone, 120 ms late, at 30 %, while it plays.
+        played = b"".join(f.pcm for f in frames)
+        await say_out_loud(conv, echo_of(played, 24000, delay_ms=120, scale=0.3))
+        # Then the user speaks: once that is heard, all of the echo was.
+        await say_out_loud(conv, spoken(tts, "open the settings"))
+        await until(events, lambda e: _final(e) and "settings" in str(e), seen)
+    assert done.status == "completed"
+    assert not any(isinstance(e, AudioFlush) for e in seen)
+    finals = [e.text for e in seen if isinstance(e, InputTranscript) and e.final]
+    assert len(finals) == 2, finals  # the question and the next turn: no turn of echo
+    assert len(finals[1].split()) <= 4, finals  # "open the settings": none of the echo's words
+    assert sum(isinstance(e, InputSpeechStarted) for e in seen) == 2
+    first_done = next(e for e in seen if isinstance(e, ResponseDone))
+    assert first_done.status == "completed"
+    assert len(played) > 48000  # over a second of answer came back
+
+
+# ----------------------------------------------------------------- settings and bad input
+
+
+async def test_audio_settings_are_echoed_as_applied_or_refused():
+    async with (
+        serving(agent=str(DEMO_AGENT), voice_workers=1) as gateway,
+        connect(gateway.url) as conv,
+    ):
+        created = await conv.start()
+        assert created.audio is None
+        events, seen = conv.events(), list[Outbound]()
+        await conv.update(
+            audio={
+                "input_rate": 24000,
+                "output_rate": 16000,
+                "voice": "joe",
+                "turn_detection": "semantic",
+                "silence_ms": 700,
+                "interrupt_min_ms": 300,
+            }
+        )
+        updated = await until(events, SessionUpdated, seen)
+        assert updated.audio is not None
+        assert (
+            updated.audio.input_rate,
+            updated.audio.output_rate,
+            updated.audio.voice,
+            updated.audio.turn_detection,
+            updated.audio.silence_ms,
+            updated.audio.interrupt_min_ms,
+        ) == (24000, 16000, "joe", "semantic", 700, 300)
+        await conv.update(audio={"voice": "nobody"})
+        refused = await until(events, Error, seen)
+        assert refused.code == "invalid_message"
+        assert "voice" in refused.message
+        await conv.update(audio=False)
+        off = await until(events, SessionUpdated, seen)
+        assert off.audio is None
+
+
+async def test_bad_audio_gets_an_error_and_the_session_lives(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url) as conv,
+    ):
+        await conv.start()
+        events, seen = conv.events(), list[Outbound]()
+        await conv.send_audio(b"\0\0" * 320)  # audio is off
+        off = await until(events, Error, seen)
+        assert off.code == "invalid_audio"
+        assert "off" in off.message
+        await conv.commit_audio()
+        assert (await until(events, Error, seen)).code == "invalid_audio"
+        await conv.update(audio={"input_rate": 16000})
+        await until(events, SessionUpdated, seen)
+        await conv.send_audio(b"\0\0\0")  # odd: half a sample
+        odd = await until(events, Error, seen)
+        assert odd.code == "invalid_audio"
+        assert "2-byte" in odd.message
+        await conv.send_audio(b"\0\0" * 16000)  # 1 s in one frame
+        big = await until(events, Error, seen)
+        assert big.code == "message_too_large"
+        assert "250 ms" in big.message
+        await conv.commit_audio()  # nothing to commit
+        assert (await until(events, Error, seen)).code == "invalid_audio"
+        # The session lives, and hears the next turn.
+        await say_out_loud(conv, spoken(tts, "open the settings"))
+        final = await until(events, _final, seen)
+        assert "settings" in final.text
+        await until(events, ResponseDone, seen)
+
+
+async def test_a_gateway_without_speech_engines_refuses_audio():
+    async with (
+        serving(agent=str(DEMO_AGENT), voice="off") as gateway,
+        connect(gateway.url) as conv,
+    ):
+        await conv.start()
+        events, seen = conv.events(), list[Outbound]()
+        await conv.update(audio={})
+        refused = await until(events, Error, seen)
+        assert refused.code == "audio_unavailable"
+        await conv.send_audio(b"\0\0" * 320)
+        assert (await until(events, Error, seen)).code == "invalid_audio"
