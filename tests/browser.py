@@ -95,13 +95,15 @@ async def open_page(
     wait_open: bool = True,
     gate: SocketGate | None = None,
     permissions: Sequence[str] = (),
+    flags: Sequence[str] = (),
 ) -> AsyncIterator[Page]:
     """The demo page in a fresh browser, connected (unless ``wait_open`` is false); saves
     ``test-output/<shot>.png`` when the test is done with it, passed or failed. With a
-    ``gate``, its sockets go through it (an outage the test controls)."""
+    ``gate``, its sockets go through it (an outage the test controls). ``flags`` go to
+    Chromium after the usual ones (a fake microphone, say)."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=FLAGS
+            executable_path=CHROMIUM, headless=True, args=[*FLAGS, *flags]
         )
         phone = viewport["width"] < 900
         context = await browser.new_context(

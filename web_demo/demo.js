@@ -13,6 +13,7 @@ import { addStep as drawStep, bindInspector, clearInspector, hasSeq, logEvent, r
 import { renderMarkdown } from "./markdown.js";
 import { forget, keepToken, loadSaved, save } from "./saved.js";
 import { ToolsPanel } from "./tools-panel.js";
+import { VOICE_EVENTS, VoiceControl } from "./voice.js";
 
 const WS_URL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 const SDK_URL = "/sdk/gateway-client.js";
@@ -660,7 +661,10 @@ function handleEvent(event) {
       case "session.resumed": onResumed(event); break;
       case "session.snapshot": onSnapshot(event); break;
       case "agent.transferred": onTransfer(event); break;
-      default: break;
+      case "session.updated": voice.onUpdated(event); break;
+      default:
+        if (VOICE_EVENTS.includes(event.type)) voice.onEvent(event);
+        break;
     }
   } catch (err) {
     console.error("demo: could not render", event, err);
@@ -670,6 +674,7 @@ function handleEvent(event) {
 
 function onSession(created) {
   if (session?.session_id === created.session_id) return;
+  voice.onSession(created);
   session = created;
   for (const tool of created.tools ?? []) if (!toolInfo.has(tool.name)) toolInfo.set(tool.name, tool);
   toolsPanel.onSession(created);
@@ -844,6 +849,13 @@ function showAgent(agent) {
 let socketState = "connecting"; // what the SDK says of the WebSocket
 let socketReconnects = 0;
 let online = navigator.onLine !== false; // what the browser says of the network
+
+// The microphone button (voice.js): shown once session.created says the gateway has audio.
+const voice = new VoiceControl($("#mic"), {
+  addUserBubble,
+  note: addNote,
+  changed: saveConversation,
+});
 
 const banner = new ConnectionBanner($("#banner"), { retry: retryNow, restart: newChat });
 
@@ -1156,6 +1168,7 @@ async function boot() {
     try {
       reloaded = true;
       await client.resume(saved.session, saved.last_seq);
+      voice.onSession(saved.session);
       return client;
     } catch (err) {
       forget();
@@ -1199,6 +1212,9 @@ function newClient() {
   client.on("*", draw);
   // Newer than some SDKs, which hand it only to listeners that name it (seq de-duplicates).
   client.on("response.retrying", draw);
+  // Voice: the microphone and the answers' audio follow this client; its voice events are drawn.
+  voice.attach(client, sdk);
+  for (const type of VOICE_EVENTS) client.on(type, draw);
   // A saved session the gateway refuses is not "over" for the user: a new one starts at once.
   client.on("connection", (change) => { if (conv === client && !(reloaded && change.state === "closed")) setConnection(change); });
   return client;

@@ -8,6 +8,7 @@
 import { Conversation } from "./conversation.js";
 import { ResumeGap, ServerError } from "./errors.js";
 import { makeFunction } from "./functions.js";
+import { randomId } from "./protocol.js";
 import { RUN_ON_GATEWAY } from "./server-tools.js";
 
 /** @typedef {import("./protocol.js").ServerEvent} ServerEvent */
@@ -355,6 +356,67 @@ export class GatewayClient {
    */
   async truncate(heardChars, { responseId } = {}) {
     return this._conv.truncate(heardChars, responseId);
+  }
+
+  // ----------------------------------------------------------------------- voice
+
+  /**
+   * Turn the session's audio on, change it, or turn it off (`false`): before the session
+   * starts, it goes in `session.start`; after, in a `session.update` (sent again after a
+   * resume until `session.updated` answers, which carries the settings applied in `audio`).
+   * @param {Record<string, any> | false} audio `{input_rate, output_rate, voice,
+   *   turn_detection, silence_ms, interrupt_min_ms}`, each optional (docs/protocol.md).
+   * @returns {string | null} the session.update's id; null when it went in session.start.
+   */
+  setAudio(audio) {
+    return this._conv.setAudio(audio);
+  }
+
+  /**
+   * Send one binary frame of microphone audio: PCM16 little-endian mono at the session's
+   * `input_rate`, 20 to 100 ms of it. Dropped (false) while the socket is not open: live
+   * audio is not queued across a reconnect.
+   * @param {Int16Array | ArrayBuffer} pcm
+   * @returns {boolean} whether it went out.
+   */
+  sendAudio(pcm) {
+    return this._conv.sendAudio(pcm);
+  }
+
+  /**
+   * End the user's spoken turn now (`input_audio.commit`: push-to-talk released, in manual
+   * turn detection). Sent only while connected, like the audio.
+   * @returns {string | null} its id, or null when not connected.
+   */
+  commitAudio() {
+    return this._sendNow({ type: "input_audio.commit", id: randomId("cmt_") });
+  }
+
+  /**
+   * Drop the audio of the user's turn in progress (`input_audio.clear`; `input_audio.cleared`
+   * answers). Sent only while connected.
+   * @returns {string | null} its id, or null when not connected.
+   */
+  clearAudio() {
+    return this._sendNow({ type: "input_audio.clear", id: randomId("clr_") });
+  }
+
+  /**
+   * After a barge-in (`audio.flush`): the user heard the first `audioEndMs` ms of the
+   * response's audio. Like `truncate()`, the history keeps only what was heard, and it is
+   * sent again after a resume until the gateway answers.
+   * @param {number} audioEndMs ms from the response audio's first sample.
+   * @param {{responseId?: string}} [options] Default: the latest response (`latestResponse`).
+   * @returns {Promise<string>} The message's id.
+   * @throws {ClientError} no response started yet.
+   */
+  async truncateAudio(audioEndMs, { responseId } = {}) {
+    return this._conv.truncateAudio(audioEndMs, responseId);
+  }
+
+  /** Send `msg` if the socket is open; its id, or null. */
+  _sendNow(msg) {
+    return this._conv.sendNow(msg) ? msg.id : null;
   }
 
   /** The id of the latest response that started, or `null`. @type {string | null} */

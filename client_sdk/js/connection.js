@@ -105,6 +105,7 @@ export class Dialer {
     try {
       const url = sessionId == null ? this._url : resumeUrl(this._url, sessionId);
       ws = new this._WebSocket(url, protocols);
+      ws.binaryType = "arraybuffer"; // the answer's audio (audio.js parses it), not Blobs
     } catch (err) {
       queueMicrotask(() => on.close(null, 1006, describe(err), false));
       return null;
@@ -164,6 +165,22 @@ export function sendFrame(ws, msg) {
   if (typeof ws.readyState === "number" && ws.readyState !== WS_OPEN) return false;
   try {
     ws.send(JSON.stringify(msg));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Send `data` (audio: PCM16) as a binary frame on `ws` if it is open.
+ * @param {any} ws
+ * @param {ArrayBuffer | ArrayBufferView} data
+ * @returns {boolean} whether it went out (live audio lost to a drop is not sent again).
+ */
+export function sendBinary(ws, data) {
+  if (typeof ws.readyState === "number" && ws.readyState !== WS_OPEN) return false;
+  try {
+    ws.send(data);
     return true;
   } catch {
     return false;

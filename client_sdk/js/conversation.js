@@ -8,8 +8,9 @@
  * @module conversation
  */
 
+import { parseAudioFrame } from "./audio.js";
 import { Calls } from "./calls.js";
-import { Dialer } from "./connection.js";
+import { Dialer, sendBinary } from "./connection.js";
 import { ClientError, ServerError, SessionClosed } from "./errors.js";
 import { EventHub } from "./events.js";
 import { Outbox } from "./outbox.js";
@@ -194,6 +195,54 @@ export class Conversation {
     return id;
   }
 
+  /**
+   * After a barge-in: the user heard the first `audioEndMs` of the response's audio.
+   * @param {number} audioEndMs @param {string | undefined} responseId
+   * @returns {string} the response.truncate's id
+   */
+  truncateAudio(audioEndMs, responseId) {
+    const target = responseId ?? this.latestResponse;
+    if (target == null) throw new ClientError("no response to truncate yet");
+    const id = randomId("trn_");
+    const ms = Math.max(0, Math.round(Number(audioEndMs) || 0));
+    const msg = { type: "response.truncate", id, response_id: target, audio_end_ms: ms };
+    this._outbox.keep(msg);
+    this.send(msg);
+    return id;
+  }
+
+  /**
+   * The session's audio: in session.start before it started, else in a session.update.
+   * @param {Record<string, any> | false} audio
+   * @returns {string | null} the session.update's id; null before the session started.
+   */
+  setAudio(audio) {
+    if (this._end) throw this._end;
+    if (!this._created) {
+      if (audio === false) delete this._startFields.audio;
+      else this._startFields.audio = audio;
+      return null;
+    }
+    const update = this._newUpdate({ audio });
+    this.send(update);
+    return update.id;
+  }
+
+  /**
+   * Send a binary frame (the user's audio) if the socket is open: live audio lost to a drop
+   * is not sent again. @param {ArrayBuffer | ArrayBufferView} pcm @returns {boolean}
+   */
+  sendAudio(pcm) {
+    const ws = this._link.ws;
+    if (!ws || this._end || this._link.state !== "open") return false;
+    return sendBinary(ws, pcm);
+  }
+
+  /** Send `msg` now if the socket is open (never again later). @returns {boolean} */
+  sendNow(msg) {
+    return !this._end && this._link.send(msg);
+  }
+
   /** @param {string | undefined} responseId */
   cancel(responseId) {
     this.send(compact({ type: "response.cancel", response_id: responseId }));
@@ -245,6 +294,12 @@ export class Conversation {
   }
 
   _onFrame(data) {
+    if (typeof data !== "string") {
+      // A binary frame: the answer's audio, outside the seq-checked events (never replayed).
+      const frame = parseAudioFrame(data);
+      if (frame) this.events.emit("audio", frame);
+      return;
+    }
     const event = parseEvent(data);
     if (event) this._onEvent(event);
   }

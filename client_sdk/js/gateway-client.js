@@ -78,6 +78,13 @@
  *   that resumes a session (a reconnect, `resume()`, the one `close()` ends it with) adds
  *   `session=<session_id>` to the URL's query (see `resumeUrl`), so that a load balancer
  *   routing by session (deploy/nginx.conf) sends it to the node that drives the session.
+ * - **Voice.** `audio` in the options (or `conv.setAudio(settings)` later) opts the session
+ *   in to audio on the same socket. `conv.sendAudio(pcm16)` sends microphone audio as a binary
+ *   frame (dropped while disconnected); the answer's audio comes as `audio` events
+ *   (`{responseId, seq, offsetMs, last, pcm}`, not replayed after a resume).
+ *   `commitAudio()`, `clearAudio()` and `truncateAudio(ms)` send `input_audio.commit`,
+ *   `input_audio.clear` and `response.truncate`. microphone.js has the microphone
+ *   (`MicrophoneCapture`) and player.js the player (`AudioPlayer`, wired with `attachAudio`).
  * - **Errors.** Everything the SDK throws derives from `ClientError`: `ServerError` (the
  *   gateway answered with an `error` event), `SessionClosed` (the session cannot go on),
  *   `ResumeGap` (events were lost across a reconnect).
@@ -96,14 +103,21 @@
  * - `outbox.js`: what was sent and not confirmed, to go again after a resume.
  * - `events.js`: the listeners of `on()`, the queues of `say()` and `events()`.
  * - `connection.js`: one socket: dialing, `resumeUrl`, sending, ending a session without one.
+ * - `microphone.js`, `player.js`: voice: the microphone sent as binary frames
+ *   (`MicrophoneCapture`, its worklet in `audio-worklets.js`), the answer's audio played
+ *   (`AudioPlayer`, `attachAudio`).
+ * - `audio.js`: the audio frames and samples (`parseAudioFrame`, `StreamResampler`...).
  * - `protocol.js`: the wire vocabulary (event types, subprotocols, decoding, message ids).
  * - `errors.js`: `ClientError` and its subclasses.
  *
  * @module gateway-client
  */
 
+export { StreamResampler, floatTo16, int16ToFloat, parseAudioFrame, rms } from "./audio.js";
 export { GatewayClient, connect } from "./client.js";
 export { SESSION_PARAM, resumeUrl } from "./connection.js";
+export { MicrophoneCapture } from "./microphone.js";
+export { AudioPlayer, attachAudio } from "./player.js";
 export { ClientError, ResumeGap, ServerError, SessionClosed } from "./errors.js";
 export { SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX } from "./protocol.js";
 export { RUN_ON_GATEWAY, RunOnGateway } from "./server-tools.js";
@@ -148,3 +162,4 @@ export { RUN_ON_GATEWAY, RunOnGateway } from "./server-tools.js";
 /** @typedef {import("./options.js").GatewayClientOptions} GatewayClientOptions */
 /** @typedef {import("./options.js").MessageOptions} MessageOptions */
 /** @typedef {import("./options.js").SessionDefaults} SessionDefaults */
+/** @typedef {import("./audio.js").AudioFrame} AudioFrame */

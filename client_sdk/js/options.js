@@ -37,6 +37,9 @@ import { ATTEMPT_TIMEOUT_MS, GIVE_UP_AFTER_MS } from "./resume.js";
  * @property {number} [ackEvery] Acknowledge received events after this many (default 64).
  * @property {boolean} [segments] Voice: the gateway also sends each answer's text as
  *   speakable `text.segment` events (whole sentences or clauses, for a speech synthesizer).
+ * @property {Record<string, any>} [audio] Voice on the socket: `{input_rate, output_rate,
+ *   voice, turn_detection, silence_ms, interrupt_min_ms}`, each optional (docs/voice.md);
+ *   the answers' audio then comes as `audio` events (see `GatewayClient.setAudio`).
  * @property {string | null} [timeZone] The user's IANA time zone, for tools that tell the time
  *   (the gateway's `get_current_time`). Default: the browser's own
  *   (`Intl.DateTimeFormat().resolvedOptions().timeZone`); `null` sends none.
@@ -95,6 +98,7 @@ export function readOptions(options) {
     toolMode,
     timeZone = defaultTimeZone(),
     segments,
+    audio,
   } = options;
   if (typeof WebSocketImpl !== "function") {
     throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
@@ -110,6 +114,7 @@ export function readOptions(options) {
       tool_mode: toolMode,
       time_zone: timeZone,
       segments,
+      audio,
     }),
     ackEvery: Math.max(1, Math.floor(Number(ackEvery)) || 1),
     reconnector: {
