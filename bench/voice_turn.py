@@ -15,7 +15,12 @@ would, and records when each event and the first audio frame arrive. Per turn:
   words, up to a clause the TTS can speak), *TTS* (the first segment to the first audio frame);
 - **engines alone**: the same finish and first chunk timed on the worker pool directly, with
   no session (``Transcription.finish`` after the clip; ``synthesize`` of the answer's first
-  segment); *gateway's own* = the STT and TTS legs minus the engines' own time for them.
+  segment);
+- **gateway's own**: from the moment the final transcript came back from the worker to the
+  client having ``input_audio.transcript``, plus from the moment the first chunk of audio came
+  back from the worker to the client having its first frame (the bench wraps
+  ``Transcription.finish`` and ``VoiceWorkers.synthesize`` to note when they return: the
+  engines' results in the gateway's hands), i.e. what the gateway adds on the path.
 
 CPU: the gateway process and its workers (``/proc``), per second of conversation audio (the
 user's and the answers'). Prints figures; asserts nothing.
@@ -37,7 +42,7 @@ from client_sdk import connect
 from gateway.agent.file import DEMO_AGENT
 from gateway.logging import configure_logging
 from gateway.voice.offline import PiperTTS
-from gateway.voice.workers import VoiceWorkers
+from gateway.voice.workers import Transcription, VoiceWorkers
 from gateway.wire.v1 import (
     AudioDone,
     InputSpeechStopped,
@@ -72,6 +77,36 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+RETURNED: dict[str, list[float]] = {"finish": [], "chunk": []}
+"""When (perf_counter) the gateway got each final transcript and each first chunk."""
+
+
+def note_engine_results() -> None:
+    """Wrap the worker pool's calls to note when the engines' results reach the gateway."""
+    finish = Transcription.finish
+    synthesize = VoiceWorkers.synthesize
+
+    async def noted_finish(self: Transcription, *, keep: bool = False) -> Any:
+        result = await finish(self, keep=keep)
+        RETURNED["finish"].append(time.perf_counter())
+        return result
+
+    async def noted_synthesize(self: VoiceWorkers, text: str, rate: int) -> Any:
+        first = True
+        async for chunk in synthesize(self, text, rate):
+            if first:
+                RETURNED["chunk"].append(time.perf_counter())
+                first = False
+            yield chunk
+
+    Transcription.finish = noted_finish  # type: ignore[method-assign]
+    VoiceWorkers.synthesize = noted_synthesize  # type: ignore[method-assign,assignment]
+
+
+def last_before(times: list[float], moment: float) -> float:
+    return max((t for t in times if t <= moment), default=moment)
+
+
 async def one_turn(
     conv: Any, pcm: bytes, speech_end_ms: int
 ) -> tuple[dict[str, float], str, int, int]:
@@ -86,14 +121,8 @@ async def one_turn(
             marks.setdefault("audio", time.perf_counter())
             return
 
-    watching = asyncio.create_task(first_audio())
-    start = time.perf_counter()
-    for n, chunk in enumerate(chunks(pcm, RATE, FRAME_MS)):
-        await conv.send_audio(chunk)
-        # Paced as a microphone: the frame n + 1 is due (n + 1) * 20 ms after the start.
-        await asyncio.sleep(max(0.0, start + (n + 1) * FRAME_MS / 1000 - time.perf_counter()))
-    done: AudioDone | None = None
-    async with asyncio.timeout(60):
+    async def watch_events() -> AudioDone:
+        nonlocal first_segment
         async for event in events:
             now = time.perf_counter()
             match event:
@@ -105,11 +134,22 @@ async def one_turn(
                     if "segment" not in marks:
                         marks["segment"], first_segment = now, text
                 case AudioDone():
-                    done = event
-                    break
+                    return event
+        raise AssertionError("the session ended")
+
+    watching = asyncio.create_task(first_audio())
+    reading = asyncio.create_task(watch_events())
+    start = time.perf_counter()
+    for n, chunk in enumerate(chunks(pcm, RATE, FRAME_MS)):
+        await conv.send_audio(chunk)
+        # Paced as a microphone: the frame n + 1 is due (n + 1) * 20 ms after the start.
+        await asyncio.sleep(max(0.0, start + (n + 1) * FRAME_MS / 1000 - time.perf_counter()))
+    async with asyncio.timeout(60):
+        done = await reading
     await watching
     true_end = start + speech_end_ms / 1000
-    assert done is not None
+    marks["finish_back"] = last_before(RETURNED["finish"], marks["final"])
+    marks["chunk_back"] = last_before(RETURNED["chunk"], marks["audio"])
     return (
         {name: at - true_end for name, at in marks.items()},
         first_segment,
@@ -136,6 +176,7 @@ async def engines_alone(workers: VoiceWorkers, pcm: bytes, segment: str) -> tupl
 
 async def main(rounds: int, mode: str, processes: int) -> None:
     configure_logging("warning")
+    note_engine_results()
     tts = PiperTTS()
     clips = {
         phrase: b"\0\0" * (RATE * 3 // 10) + b"".join(tts.synthesize(phrase, RATE))
@@ -191,8 +232,7 @@ async def main(rounds: int, mode: str, processes: int) -> None:
             "STT finish, engine alone": [a[0] for a in alone],
             "TTS first chunk, engine alone": [a[1] for a in alone],
             "gateway's own": [
-                (r["final"] - r["stopped"]) - a[0] + (r["audio"] - r["segment"]) - a[1]
-                for r, a in zip(rows, alone, strict=True)
+                (r["final"] - r["finish_back"]) + (r["audio"] - r["chunk_back"]) for r in rows
             ],
             "turn detector (true end to stopped)": [r["stopped"] for r in rows],
         }

@@ -30,6 +30,8 @@ from gateway.wire.v1 import (
     InputSpeechStopped,
     InputTranscript,
     Outbound,
+    Ping,
+    Pong,
     ResponseDone,
     ResponseTruncated,
     SessionUpdated,
@@ -38,7 +40,7 @@ from gateway.wire.v1 import (
     ToolCalls,
 )
 from tests.mock_llm import MockLLM, mock_llm
-from tests.support import Gateway, serving
+from tests.support import Gateway, serving, session
 from tests.test_truncate import assistant_texts
 from tests.voice_support import chunks, echo_of, rms
 
@@ -376,3 +378,63 @@ async def test_a_gateway_without_speech_engines_refuses_audio():
         assert refused.code == "audio_unavailable"
         await conv.send_audio(b"\0\0" * 320)
         assert (await until(events, Error, seen)).code == "invalid_audio"
+
+
+# ----------------------------------------------------------------- many sessions speaking
+
+SPEAKERS = 20
+
+
+async def test_twenty_sessions_speak_and_another_sessions_pings_stay_quick(tts):
+    """The engines run in worker processes, never on the event loop: while 20 sessions
+    speak at once (each a phrase, paced as a microphone), another session's pings are
+    answered within 50 ms, and every speaker gets its answer spoken."""
+    clips = [spoken(tts, phrase) for phrase in ("open the settings", "what's my battery level?")]
+    async with serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=2) as gateway:
+        speaking = asyncio.Event()
+
+        async def speaker(n: int) -> AudioDone:
+            async with connect(gateway.url, audio={}) as conv:
+
+                @conv.client_function("get_battery_level")
+                async def battery() -> dict[str, Any]:
+                    return {"level": 0.5, "charging": True}
+
+                @conv.client_function("open_settings")
+                async def settings(section: str = "general") -> dict[str, Any]:
+                    return {"opened": section}
+
+                await conv.start()
+                events, seen = conv.events(), list[Outbound]()
+                await speaking.wait()
+                clip = clips[n % len(clips)]
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                for i, chunk in enumerate(chunks(clip, 16000, 20)):
+                    await conv.send_audio(chunk)
+                    # A microphone's pace: frame i + 1 is due (i + 1) * 20 ms after the start.
+                    await asyncio.sleep(max(0.0, start + (i + 1) * 0.02 - loop.time()))
+                done: AudioDone = await until(events, AudioDone, seen)
+                return done
+
+        async def pinger(rtts: list[float]) -> None:
+            async with session(gateway.url) as (conn, _):
+                loop = asyncio.get_running_loop()
+                while True:
+                    sent = loop.time()
+                    await conn.send(Ping(ts=sent))
+                    await conn.recv_until(lambda e: isinstance(e, Pong))
+                    rtts.append(loop.time() - sent)
+                    await asyncio.sleep(0.05)  # a ping every 50 ms: the probe's own pace
+
+        rtts: list[float] = []
+        speakers = [asyncio.create_task(speaker(n)) for n in range(SPEAKERS)]
+        probe = asyncio.create_task(pinger(rtts))
+        speaking.set()
+        async with asyncio.timeout(180):
+            done = await asyncio.gather(*speakers)
+        probe.cancel()
+    assert [d.status for d in done] == ["completed"] * SPEAKERS
+    assert all(d.audio_ms > 500 for d in done)
+    assert len(rtts) > 20
+    assert max(rtts) < 0.05, sorted(rtts)[-5:]
