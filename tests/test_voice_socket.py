@@ -32,6 +32,7 @@ from gateway.wire.v1 import (
     Outbound,
     Ping,
     Pong,
+    ResponseCreated,
     ResponseDone,
     ResponseTruncated,
     SessionUpdated,
@@ -40,6 +41,7 @@ from gateway.wire.v1 import (
     ToolCalls,
 )
 from tests.mock_llm import MockLLM, mock_llm
+from tests.proxy import proxy_to
 from tests.support import Gateway, serving, session
 from tests.test_truncate import assistant_texts
 from tests.voice_support import chunks, echo_of, rms
@@ -438,3 +440,77 @@ async def test_twenty_sessions_speak_and_another_sessions_pings_stay_quick(tts):
     assert all(d.audio_ms > 500 for d in done)
     assert len(rtts) > 20
     assert max(rtts) < 0.05, sorted(rtts)[-5:]
+
+
+# ----------------------------------------------------------------- async results, resume
+
+
+async def test_an_async_result_that_arrives_while_idle_is_spoken(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={}) as conv,
+    ):
+        await conv.start()
+        events, seen = conv.events(), list[Outbound]()
+        # Typed or spoken, the same: a when_idle async tool answers later, on its own.
+        async for _ in conv.say("where is my order 1234?"):
+            pass
+        first = await until(events, AudioDone, seen)
+        later = await until(
+            events, lambda e: isinstance(e, ResponseCreated) and e.call_id is not None, seen
+        )
+        spoken_later = await until(
+            events, lambda e: isinstance(e, AudioDone) and e.response_id == later.response_id, seen
+        )
+    assert first.status == spoken_later.status == "completed"
+    assert spoken_later.audio_ms > 500
+
+
+class SentEvents:
+    """A session observer (``Driver.add_observer``) that wakes the test on an event type."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind, self.seen = kind, asyncio.Event()
+
+    def sent(self, msg: Any, now: float) -> None:
+        if isinstance(msg, self.kind):
+            self.seen.set()
+
+    def started(self, now: float) -> None: ...
+    def attached(self, *, resumed: bool, replaced: bool, now: float) -> None: ...
+    def detached(self, *, ended: bool, now: float) -> None: ...
+    def ended(self, now: float) -> None: ...
+
+
+async def test_a_resumed_voice_session_gets_the_events_it_missed_and_not_the_old_audio(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        proxy_to(gateway.port) as proxy,
+        connect(proxy.url(), audio={}, attempt_timeout=0.3, max_reconnect_delay=0.3) as conv,
+    ):
+        created = await conv.start()
+        answer_sent = SentEvents(AudioDone)
+        gateway.runtime.drivers[created.session_id].add_observer(answer_sent)
+        events, seen, frames = conv.events(), list[Outbound](), list[AnswerAudio]()
+        reading = asyncio.create_task(collect(conv.audio(), frames))
+        # Words no rule of the demo's model matches: its long answer, and no tool (a client
+        # function's call would wait for the client meanwhile).
+        await say_out_loud(conv, spoken(tts, "good morning to you"))
+        # The socket drops as the user's words come back (the answer's audio is not made
+        # yet: piper takes 100 ms or more), and the resume is held back until the gateway
+        # has sent the whole answer, its audio into no socket.
+        await until(events, _final, seen)
+        proxy.mode = "mute"
+        proxy.drop()
+        async with asyncio.timeout(WAIT):
+            await answer_sent.seen.wait()
+        proxy.mode = "pass"
+        done = await until(events, AudioDone, seen)
+        reading.cancel()
+    seqs = [e.seq for e in seen if e.seq]
+    assert len(seqs) == len(set(seqs))  # each event once, the replayed ones included
+    assert any(isinstance(e, InputTranscript) and e.final for e in seen)
+    assert any(isinstance(e, TextDone) for e in seen)
+    assert done.audio_ms > 500
+    assert frames == []  # the audio sent meanwhile is not replayed: its text is
+    assert any(isinstance(e, TextSegment) for e in seen)
