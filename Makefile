@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gateway serve --host $(HOST) --port $(PORT) --no-auth
+	$(BIN)/gateway serve --host $(HOST) --port $(PORT) --no-auth --voice-prestart
 
 # System packages the tests need, from Debian when missing: Chromium drives the web demo
 # (never a downloaded browser), Node runs the browser SDK's tests and npm installs aimock, nginx fronts the gateway

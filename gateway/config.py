@@ -144,6 +144,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         Meta(ge=1, le=64, description="Worker processes for the speech engines."),
     ] = 2
     """Started with the first session that turns audio on."""
+    voice_prestart: Annotated[
+        bool,
+        Meta(description="Start the speech workers with the gateway, not at the first audio."),
+    ] = False
+    """``make run`` sets it, so the demo page answers the microphone at once."""
     voice_names: Annotated[
         str,
         Meta(description="The voices of the speech engines, comma-separated, the default first."),

@@ -315,6 +315,8 @@ class Runtime:
             for agent in started:
                 await agent.aclose()
             raise
+        if self.config.voice_prestart and self.voice.engines is not None:
+            self.voice.start_soon()
 
     async def aclose(self) -> None:
         """Stop this node's background work, close the store and the tool backends (after

@@ -66,6 +66,7 @@ class VoicePool:
         self._processes = processes
         self._workers: VoiceWorkers | None = None
         self._starting = asyncio.Lock()
+        self._prestart: asyncio.Task[None] | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> VoicePool:
@@ -95,7 +96,22 @@ class VoicePool:
                     self._workers = await VoiceWorkers.start(self._processes, self.engines)
         return self._workers
 
+    def start_soon(self) -> None:
+        """Start the workers now, in the background (``voice_prestart``): the first session
+        that turns audio on need not wait for them. A failure is logged; that session then
+        tries again."""
+
+        async def start() -> None:
+            try:
+                await self.workers()
+            except Exception:
+                log.exception("voice_workers_failed")
+
+        self._prestart = asyncio.create_task(start(), name="gateway:voice-workers")
+
     async def aclose(self) -> None:
+        if self._prestart is not None:
+            await asyncio.gather(self._prestart, return_exceptions=True)
         if self._workers is not None:
             await self._workers.aclose()
 
