@@ -44,7 +44,7 @@ from tests.mock_llm import MockLLM, mock_llm
 from tests.proxy import proxy_to
 from tests.support import Gateway, serving, session
 from tests.test_truncate import assistant_texts
-from tests.voice_support import chunks, echo_of, rms
+from tests.voice_support import chunks, echo_of, rms, speech_edges_ms
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +108,13 @@ async def until(
             if test(event):
                 return event
     raise AssertionError(f"no event like {match}")
+
+
+def before_next_turn(seen: list[Outbound]) -> list[Outbound]:
+    """The events before the second turn's start: the later turn may itself stop an answer
+    still playing (as it should), the sounds before it must not."""
+    starts = [n for n, e in enumerate(seen) if isinstance(e, InputSpeechStarted)]
+    return seen[: starts[1]] if len(starts) > 1 else seen
 
 
 async def collect(
@@ -286,7 +293,7 @@ async def test_the_answer_played_back_into_the_microphone_does_not_interrupt_it(
         await say_out_loud(conv, spoken(tts, "open the settings"))
         await until(events, lambda e: _final(e) and "settings" in str(e), seen)
     assert done.status == "completed"
-    assert not any(isinstance(e, AudioFlush) for e in seen)
+    assert not any(isinstance(e, AudioFlush) for e in before_next_turn(seen))
     finals = [e.text for e in seen if isinstance(e, InputTranscript) and e.final]
     assert len(finals) == 2, finals  # the question and the next turn: no turn of echo
     assert len(finals[1].split()) <= 4, finals  # "open the settings": none of the echo's words
@@ -514,3 +521,36 @@ async def test_a_resumed_voice_session_gets_the_events_it_missed_and_not_the_old
     assert done.audio_ms > 500
     assert frames == []  # the audio sent meanwhile is not replayed: its text is
     assert any(isinstance(e, TextSegment) for e in seen)
+
+
+async def test_a_sound_shorter_than_interrupt_min_ms_does_not_stop_the_answer(tts):
+    question = spoken(tts, "good morning to you")  # the demo's long answer, no tool
+    words = b"".join(tts.synthesize("what's my battery level", 16000))
+    start, end = speech_edges_ms(words, 16000)
+    middle = (start + end) // 2 * 32  # byte offset at 16 kHz
+    cough = words[middle : middle + 180 * 32]  # 180 ms of voice
+    later = spoken(tts, "open the settings")
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={"interrupt_min_ms": 300}) as conv,
+    ):
+        await conv.start()
+        events, seen, frames = conv.events(), list[Outbound](), list[AnswerAudio]()
+        first_frame = asyncio.Event()
+        reading = asyncio.create_task(collect(conv.audio(), frames, (1, first_frame)))
+        await say_out_loud(conv, question)
+        async with asyncio.timeout(WAIT):
+            await first_frame.wait()
+        await say_out_loud(conv, cough + SILENCE)  # over the answer, as it starts to play
+        done = await until(events, AudioDone, seen)
+        # Then a real turn: once it is heard, the cough was too.
+        await say_out_loud(conv, later)
+        await until(events, lambda e: _final(e) and "settings" in str(e), seen)
+        reading.cancel()
+    assert done.status == "completed"
+    assert not any(isinstance(e, AudioFlush) for e in before_next_turn(seen))
+    starts = [e.offset_ms for e in seen if isinstance(e, InputSpeechStarted)]
+    question_ms = len(question) * 1000 // 32000
+    cough_end_ms = question_ms + (len(cough) + len(SILENCE)) * 1000 // 32000
+    assert len(starts) == 2, starts  # the question and the later turn: not the cough
+    assert starts[0] < question_ms <= cough_end_ms <= starts[1]

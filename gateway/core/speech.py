@@ -152,8 +152,10 @@ class Speech:
         """The user spoke over the answer: it stops, and the history keeps what played."""
         state = self._state
         spoken = state.spoken
-        if spoken is not None and not spoken.done:
-            self._out.do(StopSpeaking(spoken.response_id))
+        if spoken is not None:
+            if not spoken.done:  # still being sent: the rest is not
+                self._out.do(StopSpeaking(spoken.response_id))
+            # Sent or not, the device may still be playing it: it stops now.
             self._out.send(AudioFlush(response_id=spoken.response_id))
         if state.response is not None:
             self._responses.cancel(state.response.response_id, start_next=False)
