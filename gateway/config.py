@@ -135,10 +135,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ] = 30.0
     voice: Annotated[
         str,
-        Meta(description="Speech engines for audio: offline, off, or a factory module:function."),
+        Meta(description="Speech engines for audio: offline, remote, off, or a module:function."),
     ] = "offline"
     """'offline' (pocketsphinx, piper, Silero: the voice extra) without the extra installed is
-    'off' (docs/voice.md)."""
+    'off'; 'remote' speaks the OpenAI-compatible audio API at ``voice_url`` (docs/voice.md)."""
     voice_workers: Annotated[
         int,
         Meta(ge=1, le=64, description="Worker processes for the speech engines."),
@@ -152,7 +152,24 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     voice_names: Annotated[
         str,
         Meta(description="The voices of the speech engines, comma-separated, the default first."),
-    ] = "joe"
+    ] = ""
+    """Empty: the engines' own (``joe`` offline, ``alloy`` remote, ``default`` a factory's)."""
+    voice_url: Annotated[
+        str | None,
+        Meta(description="The OpenAI-compatible audio API of voice=remote, ending in /v1."),
+    ] = None
+    voice_api_key: Annotated[
+        str | None,
+        Meta(description="The API key of voice_url; prefer the environment to the flag."),
+    ] = None
+    voice_stt_model: Annotated[
+        str,
+        Meta(description="The speech-to-text model of voice=remote."),
+    ] = "whisper-1"
+    voice_tts_model: Annotated[
+        str,
+        Meta(description="The text-to-speech model of voice=remote."),
+    ] = "tts-1"
     scripted_pace: Annotated[
         float | None,
         Meta(description="Seconds between words of the scripted model; unset: the agent's pace."),

@@ -27,11 +27,18 @@ from typing import Any
 import httpx
 import pytest
 
+from client_sdk import connect
+from gateway.agent.file import DEMO_AGENT
 from gateway.errors import ProviderError
 from gateway.voice.base import Transcript
+from gateway.voice.offline import PiperTTS
 from gateway.voice.remote import OpenAISpeechToText, OpenAITextToSpeech
+from gateway.wire.audio_frame import AnswerAudio
+from gateway.wire.v1 import AudioDone, InputTranscript
 from tests import test_aimock
+from tests.support import serving
 from tests.test_aimock import aimock
+from tests.voice_support import chunks
 
 needs_aimock = test_aimock.pytestmark  # skipped where aimock is not installed (not in CI)
 
@@ -205,3 +212,53 @@ def test_odd_length_or_too_much_audio_is_refused_and_the_stream_goes_on():
     with pytest.raises(ValueError, match="positive"):
         OpenAITextToSpeech("http://speech.test/v1").synthesize("Hi.", 0)
     engine.close()
+
+
+# ----------------------------------------------------------------- a session on them
+
+
+@needs_aimock
+@pytest.mark.slow
+async def test_a_session_hears_and_speaks_through_the_remote_engines():
+    """``voice=remote``: the speech workers run the remote engines against aimock (Silero
+    finds the turn in the worker; aimock's transcription says "Where is my order?" to any
+    audio, and its speech is the fixture's tone, which comes back sample for sample)."""
+    words = b"".join(PiperTTS().synthesize("where is my order", 16000))
+    silence = b"\0\0" * 16000
+    async with (
+        aimock(chunk_size=4096) as url,
+        serving(
+            agent=str(DEMO_AGENT),
+            scripted_pace=0.0,
+            voice="remote",
+            voice_url=url + "/v1",
+            voice_api_key=KEY,
+            voice_workers=1,
+        ) as gateway,
+        connect(gateway.url, audio={}) as conv,
+    ):
+        created = await conv.start()
+        events, frames = conv.events(), list[AnswerAudio]()
+
+        async def collect() -> None:
+            async for frame in conv.audio():
+                frames.append(frame)
+
+        reading = asyncio.create_task(collect())
+        for chunk in chunks(silence[:9600] + words + silence, 16000, 20):
+            await conv.send_audio(chunk)
+        final, done = None, None
+        async with asyncio.timeout(60):
+            async for event in events:
+                if isinstance(event, InputTranscript) and event.final:
+                    final = event
+                if isinstance(event, AudioDone):
+                    done = event
+                    break
+        reading.cancel()
+    assert created.voices == ["alloy"]
+    assert final is not None
+    assert final.text == "Where is my order?"
+    assert done is not None
+    assert done.status == "completed"
+    assert frames[0].pcm == TONE  # 0.1 s at 24 kHz: the server's audio, as it sent it

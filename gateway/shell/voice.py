@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -29,10 +29,14 @@ from gateway.core.event import (
     StopSpeaking,
 )
 from gateway.core.inbound import DecodeFailure
+from gateway.errors import ConfigError
 from gateway.shell.connection import Connection
 from gateway.shell.voice_input import Listener
 from gateway.shell.voice_output import Speaker
 from gateway.voice.workers import OFFLINE, SpeechEngineError, VoiceWorkers
+
+REMOTE = "gateway.voice.remote:load_remote"
+"""The factory of the engines over an OpenAI-compatible audio API."""
 
 __all__ = ["AUDIO_OFF", "SessionVoice", "VoiceEffect", "VoicePool"]
 
@@ -60,10 +64,17 @@ class VoicePool:
         voices: the engines' voices, the default first.
     """
 
-    def __init__(self, engines: str | None, processes: int, voices: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        engines: str | None,
+        processes: int,
+        voices: tuple[str, ...],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.engines = engines
         self.voices = voices if engines is not None else ()
         self._processes = processes
+        self._env = env
         self._workers: VoiceWorkers | None = None
         self._starting = asyncio.Lock()
         self._prestart: asyncio.Task[None] | None = None
@@ -71,19 +82,30 @@ class VoicePool:
     @classmethod
     def from_config(cls, config: Config) -> VoicePool:
         """The engines ``config.voice`` names: ``offline`` has them only when the ``voice``
-        extra is installed (else, as ``off``, none)."""
-        voices = tuple(name.strip() for name in config.voice_names.split(",") if name.strip())
+        extra is installed (else, as ``off``, none); ``remote`` needs ``voice_url``."""
+        names = tuple(name.strip() for name in config.voice_names.split(",") if name.strip())
         engines: str | None = config.voice
+        env: dict[str, str] | None = None
         if engines == "off":
             engines = None
-        elif engines == "offline":
+        elif engines in ("offline", "remote"):
             missing = [p for p in _OFFLINE_PACKAGES if importlib.util.find_spec(p) is None]
-            if missing:
+            if missing:  # the remote engines run Silero and soxr too
                 log.info("voice_unavailable", missing=missing)
                 engines = None
+            elif engines == "offline":
+                engines, names = OFFLINE, ("joe",)
+            elif config.voice_url is None:
+                raise ConfigError("voice=remote needs voice_url (GATEWAY_VOICE_URL)")
             else:
-                engines, voices = OFFLINE, ("joe",)
-        return cls(engines, config.voice_workers, voices)
+                engines, names = REMOTE, names or ("alloy",)
+                env = {
+                    "GATEWAY_VOICE_URL": config.voice_url,
+                    "GATEWAY_VOICE_API_KEY": config.voice_api_key or "",
+                    "GATEWAY_VOICE_STT_MODEL": config.voice_stt_model,
+                    "GATEWAY_VOICE_TTS_MODEL": config.voice_tts_model,
+                }
+        return cls(engines, config.voice_workers, names or ("default",), env)
 
     async def workers(self) -> VoiceWorkers:
         """The worker processes, started at the first call (about 2 s)."""
@@ -93,7 +115,9 @@ class VoicePool:
                     if self.engines is None:
                         raise SpeechEngineError("this gateway has no speech engines")
                     log.info("voice_workers_starting", processes=self._processes)
-                    self._workers = await VoiceWorkers.start(self._processes, self.engines)
+                    self._workers = await VoiceWorkers.start(
+                        self._processes, self.engines, self._env
+                    )
         return self._workers
 
     def start_soon(self) -> None:
@@ -180,11 +204,14 @@ class SessionVoice:
             answer_playing=self._answer_playing,
             clock=self._clock,
         )
-        if self._speaker is None or self._speaker.rate != audio.output_rate:
+        if self._speaker is not None and self._speaker.rate == audio.output_rate:
+            self._speaker.voice = audio.voice  # from the next segment on
+        else:
             if self._speaker is not None:
                 self._closing.append(asyncio.create_task(self._speaker.aclose()))
             self._speaker = Speaker(
                 audio.output_rate,
+                voice=audio.voice,
                 workers=self._pool.workers,
                 conn=self._conn,
                 feed=self._feed,

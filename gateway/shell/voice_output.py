@@ -52,6 +52,7 @@ class Speaker:
 
     Args:
         rate: the session's ``output_rate``.
+        voice: the session's voice (changed from the next segment on).
         workers: the node's speech workers (started when first needed).
         conn: the session's socket now, if one is attached.
         feed: gives the session an event.
@@ -63,6 +64,7 @@ class Speaker:
         self,
         rate: int,
         *,
+        voice: str,
         workers: Callable[[], Awaitable[VoiceWorkers]],
         conn: Callable[[], Connection | None],
         feed: Callable[[Event], None],
@@ -70,6 +72,7 @@ class Speaker:
         on_audio: Callable[[bytes, int], None],
     ) -> None:
         self.rate = rate
+        self.voice = voice
         self._workers = workers
         self._conn = conn
         self._feed = feed
@@ -162,7 +165,7 @@ class Speaker:
     async def _synthesize(self, item: Speak) -> None:
         workers = await self._workers()
         carry = b""
-        async for pcm in workers.synthesize(item.text, self.rate):
+        async for pcm in workers.synthesize(item.text, self.rate, self.voice):
             carry += pcm
             while len(carry) >= self._frame_bytes:
                 self._send(item, carry[: self._frame_bytes])

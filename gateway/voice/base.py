@@ -80,10 +80,11 @@ class SpeechToTextEngine(Protocol):
 class TextToSpeechEngine(Protocol):
     """A loaded speech synthesizer."""
 
-    def synthesize(self, text: str, sample_rate: int) -> Iterator[bytes]:
-        """Speak ``text``: PCM16 mono chunks at ``sample_rate`` (16000 and 24000 Hz at least),
-        the first as early as the engine can make it (a sentence at a time, for instance),
-        so playback can start while the rest is synthesized. An unsupported rate raises
+    def synthesize(self, text: str, sample_rate: int, voice: str | None = None) -> Iterator[bytes]:
+        """Speak ``text`` in ``voice`` (``None``: the engine's own): PCM16 mono chunks at
+        ``sample_rate`` (16000 and 24000 Hz at least), the first as early as the engine can
+        make it (a sentence at a time, for instance), so playback can start while the rest
+        is synthesized. An unsupported rate or a voice the engine lacks raises
         ``ValueError``."""
         ...
 

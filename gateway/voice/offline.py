@@ -134,6 +134,9 @@ class PiperTTS:
     sentence or a clause at a time (``text.segment``) for early first audio.
     """
 
+    VOICE = "joe"
+    """The voice's name (what a session's ``audio.voice`` says)."""
+
     def __init__(self) -> None:
         from piper import PiperVoice
 
@@ -145,9 +148,12 @@ class PiperTTS:
             self._voice = PiperVoice.load(model, config_path=config)
         self.native_rate: int = self._voice.config.sample_rate
 
-    def synthesize(self, text: str, sample_rate: int) -> Iterator[bytes]:
+    def synthesize(self, text: str, sample_rate: int, voice: str | None = None) -> Iterator[bytes]:
         """PCM16 mono at ``sample_rate``: one chunk per sentence, as soon as it is
-        synthesized, then a last short one (the few ms the resampler held back)."""
+        synthesized, then a last short one (the few ms the resampler held back). The one
+        voice is ``VOICE``."""
+        if voice not in (None, self.VOICE):
+            raise ValueError(f"piper has the voice {self.VOICE!r} only, not {voice!r}")
         if not MIN_RATE <= sample_rate <= MAX_RATE:
             raise ValueError(f"sample_rate {sample_rate} is not in {MIN_RATE}..{MAX_RATE} Hz")
         return self._chunks(text, Resampler(self.native_rate, sample_rate))

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import wave
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -36,6 +37,8 @@ __all__ = [
     "OpenAISpeechToText",
     "OpenAISpeechToTextStream",
     "OpenAITextToSpeech",
+    "RemoteEngines",
+    "load_remote",
 ]
 
 MAX_UTTERANCE_SECONDS = 120.0
@@ -232,24 +235,24 @@ class OpenAITextToSpeech(_Remote):
         self.model = model
         self.voice = voice
 
-    def synthesize(self, text: str, sample_rate: int) -> Iterator[bytes]:
-        """Speak ``text``: PCM16 mono chunks at ``sample_rate`` as the server sends them.
-        A rate that is not positive raises ``ValueError`` at once. Closing the iterator early
-        (barge-in) closes the response."""
+    def synthesize(self, text: str, sample_rate: int, voice: str | None = None) -> Iterator[bytes]:
+        """Speak ``text`` in ``voice`` (``None``: the engine's ``voice``): PCM16 mono chunks
+        at ``sample_rate`` as the server sends them. A rate that is not positive raises
+        ``ValueError`` at once. Closing the iterator early (barge-in) closes the response."""
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive: {sample_rate}")
         # soxr (the voice extra) only when there is something to resample.
         resampler = Resampler(SPEECH_RATE, sample_rate) if sample_rate != SPEECH_RATE else None
-        return self._chunks(text, resampler)
+        return self._chunks(text, resampler, voice or self.voice)
 
-    def _chunks(self, text: str, resampler: Resampler | None) -> Iterator[bytes]:
+    def _chunks(self, text: str, resampler: Resampler | None, voice: str) -> Iterator[bytes]:
         if not text.strip():
             return  # nothing to say: the API refuses an empty input
         url = self._url("audio/speech")
         body: dict[str, Any] = {
             "model": self.model,
             "input": text,
-            "voice": self.voice,
+            "voice": voice,
             "response_format": "pcm",
         }
         try:
@@ -320,3 +323,37 @@ def _server_message(body: bytes) -> str:
         if isinstance(error, str):
             return error[:300]
     return json.dumps(value)[:300]
+
+
+class RemoteEngines(NamedTuple):
+    """The engines ``load_remote`` gives a speech worker."""
+
+    stt: OpenAISpeechToText
+    tts: OpenAITextToSpeech
+    vad: Any
+
+
+def load_remote() -> RemoteEngines:
+    """The engines over an OpenAI-compatible audio API (``GATEWAY_VOICE=remote``), for a
+    speech worker: speech-to-text and text-to-speech at ``GATEWAY_VOICE_URL`` (the API's root,
+    ending in ``/v1``) with ``GATEWAY_VOICE_API_KEY`` (none for a local server) and the models
+    ``GATEWAY_VOICE_STT_MODEL`` and ``GATEWAY_VOICE_TTS_MODEL``; the voice activity detector
+    is the offline Silero (the ``voice`` extra), run in the worker. The gateway sets these
+    variables in the worker's environment from its own settings (``gateway.shell.voice``).
+
+    Raises:
+        ValueError: ``GATEWAY_VOICE_URL`` is not set.
+    """
+    from gateway.voice.offline import SileroVAD
+
+    url = os.environ.get("GATEWAY_VOICE_URL")
+    if not url:
+        raise ValueError("remote speech engines need GATEWAY_VOICE_URL (the API's root, /v1)")
+    key = os.environ.get("GATEWAY_VOICE_API_KEY") or None
+    stt_model = os.environ.get("GATEWAY_VOICE_STT_MODEL") or "whisper-1"
+    tts_model = os.environ.get("GATEWAY_VOICE_TTS_MODEL") or "tts-1"
+    return RemoteEngines(
+        stt=OpenAISpeechToText(url, key, model=stt_model),
+        tts=OpenAITextToSpeech(url, key, model=tts_model),
+        vad=SileroVAD(),
+    )

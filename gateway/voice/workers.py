@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sys
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from types import TracebackType
 
 import msgspec
@@ -91,7 +92,7 @@ class _Worker:
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
-    async def spawn(cls, engines: str) -> _Worker:
+    async def spawn(cls, engines: str, env: Mapping[str, str] | None = None) -> _Worker:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -99,6 +100,7 @@ class _Worker:
             engines,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=None if env is None else {**os.environ, **env},
         )
         worker = cls(process)
         reply = await worker._receive()
@@ -278,28 +280,34 @@ class VoiceWorkers:
     """A pool of speech worker processes (module docstring). Build with ``start``; end with
     ``aclose`` or ``async with``."""
 
-    def __init__(self, engines: str, workers: list[_Worker]) -> None:
+    def __init__(
+        self, engines: str, workers: list[_Worker], env: Mapping[str, str] | None = None
+    ) -> None:
         self._engines = engines
+        self._env = env
         self._workers = workers
         self._ids = itertools.count(1)
         self._replacing = asyncio.Lock()
 
     @classmethod
-    async def start(cls, processes: int = 2, engines: str = OFFLINE) -> VoiceWorkers:
+    async def start(
+        cls, processes: int = 2, engines: str = OFFLINE, env: Mapping[str, str] | None = None
+    ) -> VoiceWorkers:
         """Spawn ``processes`` workers, each loading the engines ``engines`` names
-        (``"module:function"``, a factory returning ``.stt``, ``.tts`` and ``.vad``), and
-        wait until all are ready (about 2 s for the offline engines)."""
+        (``"module:function"``, a factory returning ``.stt``, ``.tts`` and ``.vad``), with
+        ``env`` added to their environment (a factory's settings), and wait until all are
+        ready (about 2 s for the offline engines)."""
         if processes < 1:
             raise ValueError("a pool needs at least one worker process")
         spawned = await asyncio.gather(
-            *(_Worker.spawn(engines) for _ in range(processes)), return_exceptions=True
+            *(_Worker.spawn(engines, env) for _ in range(processes)), return_exceptions=True
         )
         workers = [w for w in spawned if isinstance(w, _Worker)]
         failures = [e for e in spawned if isinstance(e, BaseException)]
         if failures:
             await asyncio.gather(*(w.aclose(grace=1.0) for w in workers))
             raise failures[0]
-        return cls(engines, workers)
+        return cls(engines, workers, env)
 
     @property
     def pids(self) -> list[int]:
@@ -313,7 +321,7 @@ class VoiceWorkers:
                 for n, worker in enumerate(self._workers):
                     if worker.dead:
                         await worker.aclose(grace=1.0)  # reap it
-                        self._workers[n] = await _Worker.spawn(self._engines)
+                        self._workers[n] = await _Worker.spawn(self._engines, self._env)
         return min(self._workers, key=lambda w: w.load)
 
     async def open_transcription(self, vad: bool = False) -> Transcription:
@@ -326,12 +334,15 @@ class VoiceWorkers:
         worker.streams += 1
         return Transcription(worker, self._ids, reply)
 
-    async def synthesize(self, text: str, sample_rate: int) -> AsyncGenerator[bytes, None]:
-        """Speak ``text``: PCM16 chunks at ``sample_rate``, each as soon as the worker's
-        engine makes it. Leaving early (``aclose()`` or cancellation) stops the synthesis
-        after the chunk in hand. An unsupported rate raises ``ValueError``."""
+    async def synthesize(
+        self, text: str, sample_rate: int, voice: str | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """Speak ``text`` in ``voice`` (``None``: the engine's own): PCM16 chunks at
+        ``sample_rate``, each as soon as the worker's engine makes it. Leaving early
+        (``aclose()`` or cancellation) stops the synthesis after the chunk in hand. An
+        unsupported rate, or a voice the engine lacks, raises ``ValueError``."""
         worker = await self._pick()
-        request = Synthesize(next(self._ids), text, sample_rate)
+        request = Synthesize(next(self._ids), text, sample_rate, voice)
         replies = worker.send(request)
         done = False
         try:
