@@ -110,6 +110,35 @@ async def until(
     raise AssertionError(f"no event like {match}")
 
 
+class Speaker:
+    """The answers' frames as a client's player gets them (``Conversation.audio``), and a
+    wait until so much audio came: frames go ahead of ``audio.done`` on the socket, but the
+    app reads them from their own stream, maybe later."""
+
+    def __init__(self, audio: AsyncIterator[AnswerAudio], rate: int) -> None:
+        self.frames: list[AnswerAudio] = []
+        self._rate = rate
+        self._more = asyncio.Condition()
+        self._task = asyncio.create_task(self._read(audio))
+
+    async def _read(self, audio: AsyncIterator[AnswerAudio]) -> None:
+        async for frame in audio:
+            self.frames.append(frame)
+            async with self._more:
+                self._more.notify_all()
+
+    @property
+    def ms(self) -> int:
+        return sum(len(f.pcm) for f in self.frames) * 1000 // (2 * self._rate)
+
+    async def until_ms(self, ms: int) -> None:
+        async with self._more, asyncio.timeout(WAIT):
+            await self._more.wait_for(lambda: self.ms >= ms)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
 def before_next_turn(seen: list[Outbound]) -> list[Outbound]:
     """The events before the second turn's start: the later turn may itself stop an answer
     still playing (as it should), the sounds before it must not."""
@@ -146,12 +175,13 @@ async def test_a_spoken_question_gets_the_call_and_a_spoken_answer(tts, stt):
         created = await conv.start()
         assert created.audio is not None
         assert (created.audio.input_rate, created.audio.output_rate) == (16000, 24000)
-        events, frames = conv.events(), list[AnswerAudio]()
-        reading = asyncio.create_task(collect(conv.audio(), frames))
+        events, speaker = conv.events(), Speaker(conv.audio(), 24000)
         await say_out_loud(conv, spoken(tts, "what's my battery level?"))
         seen: list[Outbound] = []
         done = await until(events, AudioDone, seen)
-        reading.cancel()
+        await speaker.until_ms(done.audio_ms)  # every frame, as audio.done says
+        speaker.stop()
+        frames = speaker.frames
 
     kinds = [type(e) for e in seen]
     assert kinds.index(InputSpeechStarted) < kinds.index(InputSpeechStopped)
@@ -554,3 +584,24 @@ async def test_a_sound_shorter_than_interrupt_min_ms_does_not_stop_the_answer(tt
     cough_end_ms = question_ms + (len(cough) + len(SILENCE)) * 1000 // 32000
     assert len(starts) == 2, starts  # the question and the later turn: not the cough
     assert starts[0] < question_ms <= cough_end_ms <= starts[1]
+
+
+async def test_a_session_at_24_khz_in_and_16_khz_out(tts):
+    async with (
+        serving(agent=str(DEMO_AGENT), scripted_pace=0.0, voice_workers=1) as gateway,
+        connect(gateway.url, audio={"input_rate": 24000, "output_rate": 16000}) as conv,
+    ):
+
+        @conv.client_function("get_battery_level")
+        async def battery() -> dict[str, Any]:
+            return {"level": 0.5, "charging": True}
+
+        await conv.start()
+        events, seen, speaker = conv.events(), list[Outbound](), Speaker(conv.audio(), 16000)
+        await say_out_loud(conv, spoken(tts, "what's my battery level?", 24000), 24000)
+        final = await until(events, _final, seen)
+        done = await until(events, AudioDone, seen)
+        await speaker.until_ms(done.audio_ms)
+        speaker.stop()
+    assert "battery" in final.text
+    assert speaker.ms == done.audio_ms > 1000  # 16 kHz frames, as much as audio.done says
