@@ -364,22 +364,17 @@ class Session:
                 for completion in self._calls.expire_due(now):
                     responses.deliver(completion)
                 responses.advance_if_step_settled()
-            case SegmentSpoken():
-                self._speech.segment_spoken(event)
-            case Transcribed():
-                self._speech.transcribed(event)
-            case SpeechStarted():
-                self._speech.started(event)
-            case SpeechStopped():
-                self._speech.stopped(event)
-            case SpeechDone():
-                self._speech.done(event)
-            case InputAudioCommit():
-                self._speech.commit(event)
-            case InputAudioClear():
-                self._speech.clear(event)
-            case VoiceFailed():
-                self._speech.failed(event)
+            case (
+                Transcribed()
+                | SpeechStarted()
+                | SpeechStopped()
+                | SegmentSpoken()
+                | SpeechDone()
+                | InputAudioCommit()
+                | InputAudioClear()
+                | VoiceFailed()
+            ):
+                self._speech.receive(event)
 
     @property
     def history_mark(self) -> Mark:

@@ -103,6 +103,36 @@ class Speech:
             self._state.audio = audio
             self._out.do(Listen(audio))
 
+    def receive(
+        self,
+        event: Transcribed
+        | SpeechStarted
+        | SpeechStopped
+        | SegmentSpoken
+        | SpeechDone
+        | InputAudioCommit
+        | InputAudioClear
+        | VoiceFailed,
+    ) -> None:
+        """Apply an event of the voice pipeline, or a client's ``input_audio`` message."""
+        match event:
+            case Transcribed():
+                self.transcribed(event)
+            case SpeechStarted():
+                self.started(event)
+            case SpeechStopped():
+                self.stopped(event)
+            case SegmentSpoken():
+                self.segment_spoken(event)
+            case SpeechDone():
+                self.done(event)
+            case InputAudioCommit():
+                self.commit(event)
+            case InputAudioClear():
+                self.clear(event)
+            case VoiceFailed():
+                self.failed(event)
+
     # ----------------------------------------------------------------- the user's turn
 
     def commit(self, msg: InputAudioCommit) -> None:
