@@ -110,6 +110,7 @@ class Listener:
         """Speech over an answer not yet long enough to cut it: the ms of it so far."""
         self._reported = False
         """The turn in progress was told to the session (``SpeechStarted``)."""
+        self._closed = False
         self._task = asyncio.create_task(self._run(), name="gateway:listener")
 
     # ----------------------------------------------------------------- input
@@ -143,7 +144,8 @@ class Listener:
             await asyncio.sleep((ms - self._tokens) / (1000 * AUDIO_RATE))
         self._tokens -= ms
         await self._room.acquire()
-        self._queue.put_nowait(pcm)
+        if not self._closed:  # closed while this waited: the audio goes nowhere
+            self._queue.put_nowait(pcm)
 
     def control(self, what: _Control) -> None:
         """``input_audio.commit`` or ``input_audio.clear``, after the audio sent before it
@@ -175,6 +177,10 @@ class Listener:
             except SpeechEngineError as exc:
                 log.warning("speech_recognition_failed", error=str(exc))
                 self._feed(VoiceFailed(f"the user's speech could not be heard: {exc}"))
+                await self._drop_stream()
+            except Exception:  # our bug: this turn is lost, the next one is heard
+                log.exception("listener_failed")
+                self._feed(VoiceFailed("the user's speech could not be heard"))
                 await self._drop_stream()
 
     async def _open(self) -> Transcription:
@@ -291,6 +297,10 @@ class Listener:
             await stream.aclose()
 
     async def aclose(self) -> None:
+        """Stop listening; a socket's reader waiting for room (``hear``) goes on at once."""
+        self._closed = True
+        for _ in range(MAX_QUEUED):
+            self._room.release()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
