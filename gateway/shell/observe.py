@@ -16,7 +16,10 @@ import msgspec
 import structlog
 
 from gateway.wire.v1 import (
+    AudioDone,
+    AudioFlush,
     Error,
+    InputTranscript,
     ResponseCreated,
     ResponseDone,
     ServerMsg,
@@ -111,6 +114,17 @@ class LogObserver:
                 )
             case Error(code=code):
                 log.info("error_sent", code=code, call_id=msg.call_id, in_reply_to=msg.in_reply_to)
+            case InputTranscript(final=True):  # its size, never the words
+                log.info("user_heard", message_id=msg.message_id, chars=len(msg.text))
+            case AudioFlush(response_id=response_id):
+                log.info("barge_in", response_id=response_id)
+            case AudioDone(response_id=response_id):
+                log.info(
+                    "answer_spoken",
+                    response_id=response_id,
+                    audio_ms=msg.audio_ms,
+                    status=msg.status,
+                )
             case _:
                 pass
 
