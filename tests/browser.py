@@ -1,15 +1,24 @@
 """The web demo in a real headless Chromium (Debian's, driven by Playwright): the page helpers
 the demo tests share. Every page leaves a full-page screenshot in test-output/ (git-ignored;
-CI keeps it as an artifact)."""
+CI keeps it as an artifact).
+
+A test module whose tests run on the session's event loop (``BROWSER_TESTS``) shares one
+Chromium and one Playwright driver (``shared_browser``): each page gets a fresh browser
+context (its own storage, cookies and permissions), which is what a fresh browser gave it,
+without starting Chromium and the driver again (about half a second a test). A page with
+Chromium flags of its own (a fake microphone) gets a browser of its own."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import pytest
+import pytest_asyncio
 from playwright.async_api import (
+    Browser,
     Locator,
     Page,
     ViewportSize,
@@ -21,6 +30,7 @@ from playwright.async_api import (
 from tests.support import Gateway
 
 __all__ = [
+    "BROWSER_TESTS",
     "DESKTOP",
     "GREETING",
     "PHONE",
@@ -31,6 +41,7 @@ __all__ = [
     "last_answer",
     "open_page",
     "send",
+    "shared_browser",
 ]
 
 CHROMIUM = "/usr/bin/chromium"
@@ -52,6 +63,35 @@ DESKTOP = ViewportSize(width=1280, height=800)
 PHONE = ViewportSize(width=390, height=844)
 VIEWPORTS = {"desktop": DESKTOP, "phone": PHONE}
 """The two sizes every layout test runs at (pytest ids: desktop, phone)."""
+
+
+_SHARED: dict[asyncio.AbstractEventLoop, Browser] = {}
+"""The shared Chromium, by the event loop it runs on (the session's)."""
+
+BROWSER_TESTS = [
+    pytest.mark.slow,  # a real Chromium: seconds per test
+    pytest.mark.asyncio(loop_scope="session"),
+    pytest.mark.usefixtures("shared_browser"),
+]
+"""A browser test module's ``pytestmark``: its tests and their async fixtures run on the
+session's event loop (fixtures: ``@pytest_asyncio.fixture(loop_scope="session")``), where
+they share one Chromium."""
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def shared_browser() -> AsyncIterator[Browser]:
+    """One Chromium for every browser test on the session's loop (``open_page`` finds it)."""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=FLAGS
+        )
+        loop = asyncio.get_running_loop()
+        _SHARED[loop] = browser
+        try:
+            yield browser
+        finally:
+            del _SHARED[loop]
+            await browser.close()
 
 
 class SocketGate:
@@ -101,14 +141,19 @@ async def open_page(
     ``test-output/<shot>.png`` when the test is done with it, passed or failed. With a
     ``gate``, its sockets go through it (an outage the test controls). ``flags`` go to
     Chromium after the usual ones (a fake microphone, say)."""
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=[*FLAGS, *flags]
-        )
+    async with AsyncExitStack() as stack:
+        browser = _SHARED.get(asyncio.get_running_loop()) if not flags else None
+        if browser is None:  # a browser of its own
+            playwright = await stack.enter_async_context(async_playwright())
+            browser = await playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=[*FLAGS, *flags]
+            )
+            stack.push_async_callback(browser.close)
         phone = viewport["width"] < 900
         context = await browser.new_context(
             viewport=viewport, is_mobile=phone, has_touch=phone, permissions=list(permissions)
         )
+        stack.push_async_callback(context.close)
         page = await context.new_page()
         if gate is not None:
             await page.route_web_socket("**/v1/realtime**", gate.route)
@@ -121,7 +166,6 @@ async def open_page(
         finally:
             SHOTS.mkdir(exist_ok=True)
             await page.screenshot(path=SHOTS / f"{shot}.png", full_page=True)
-            await browser.close()
 
 
 async def send(page: Page, text: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import shared_browser  # noqa: F401 - the browser tests' fixture
 from tests.redis_server import RedisServer, redis_server
 
 

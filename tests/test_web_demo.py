@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+import pytest_asyncio
 from playwright.async_api import Page, ViewportSize, expect
 
 from tests.browser import (
+    BROWSER_TESTS,
     GREETING,
     PHONE,
     VIEWPORTS,
@@ -23,10 +25,10 @@ from tests.browser import (
 )
 from tests.support import Gateway, serving
 
-pytestmark = pytest.mark.slow  # a real Chromium: seconds per test
+pytestmark = BROWSER_TESTS  # a real Chromium, shared by the module's tests
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
     monkeypatch.setenv("DEMO_ORDER_SECONDS", "1.5")
     async with serving(agent=None, scripted_pace=0.04) as gateway:
@@ -39,7 +41,7 @@ def viewport(request: pytest.FixtureRequest) -> ViewportSize:
     return VIEWPORTS[request.param]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def page(demo: Gateway, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
     async with open_page(demo, request.node.name) as page:
         yield page

@@ -12,21 +12,22 @@ from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
 from playwright.async_api import expect
 
 from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelRetrying, ModelText
 from gateway.errors import ProviderError
 from gateway.providers.base import Capabilities
 from tests import support
-from tests.browser import GREETING, answered, base_url, last_answer, open_page
+from tests.browser import BROWSER_TESTS, GREETING, answered, base_url, last_answer, open_page
 from tests.support import Gateway, serving
 
 DATA = Path(__file__).parent / "data"
 
-pytestmark = pytest.mark.slow  # a real Chromium: seconds per test
+pytestmark = BROWSER_TESTS  # a real Chromium, shared by the module's tests
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
     monkeypatch.setenv("DEMO_ORDER_SECONDS", "1.5")
     async with serving(agent=None, scripted_pace=0.02) as gateway:
@@ -189,7 +190,7 @@ class RetriedModel:
         pass
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def retried(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway, RetriedModel]]:
     model = RetriedModel(["answer", "fail"])
     demo_agent = support.agent_from_config

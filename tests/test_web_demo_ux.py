@@ -15,10 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
 from playwright.async_api import Page, ViewportSize, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import (
+    BROWSER_TESTS,
     DESKTOP,
     GREETING,
     PHONE,
@@ -32,10 +34,10 @@ from tests.browser import (
 )
 from tests.support import Gateway, serving
 
-pytestmark = pytest.mark.slow  # a real Chromium: seconds per test
+pytestmark = BROWSER_TESTS  # a real Chromium, shared by the module's tests
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
     monkeypatch.setenv("DEMO_ORDER_SECONDS", "3")
     async with serving(agent=None, scripted_pace=0.02) as gateway:
@@ -302,7 +304,7 @@ async def test_going_offline_and_back_is_one_banner(page_at: Page):
     await expect(last_answer(page_at)).to_contain_text(GREETING)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def page_at(
     demo: Gateway, viewport: ViewportSize, request: pytest.FixtureRequest
 ) -> AsyncIterator[Page]:
@@ -379,7 +381,7 @@ MARKDOWN = (
 )
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def markdown_gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text(
