@@ -162,3 +162,21 @@ export class StreamResampler {
     this._pos = 1;
   }
 }
+
+/**
+ * Load the worklets (audio-worklets.js: the microphone's capture, the player's playback) into
+ * `context`, once per context: the microphone and the player may share one.
+ * @param {BaseAudioContext} context
+ * @returns {Promise<void>}
+ */
+export function loadWorklets(context) {
+  let promise = loadedWorklets.get(context);
+  if (!promise) {
+    promise = context.audioWorklet.addModule(new URL("./audio-worklets.js", import.meta.url).href);
+    loadedWorklets.set(context, promise);
+  }
+  return promise;
+}
+
+/** @type {WeakMap<BaseAudioContext, Promise<void>>} */
+const loadedWorklets = new WeakMap();

@@ -14,6 +14,7 @@ import {
   parseAudioFrame,
   rms,
 } from "./gateway-client.js";
+import { PLAYBACK_PROCESSOR, PlaybackQueue } from "./audio-worklets.js";
 
 const test = (name, fn) => nodeTest(name, { timeout: 3000 }, fn);
 
@@ -121,21 +122,35 @@ test("StreamResampler keeps the rate over a long stream at an uneven ratio (44.1
 
 // ----------------------------------------------------------------------- the microphone
 
-test("the capture worklet posts chunks of the size asked, each in a buffer of its own (transferred)", async () => {
-  let Processor = null;
-  globalThis.AudioWorkletProcessor = class {
-    constructor() {
-      // a port whose postMessage transfers as the browser's does: the sender's buffer is detached
-      this.port = { posted: [], postMessage: (m, transfer) => this.port.posted.push(structuredClone(m, { transfer })) };
+/**
+ * The processors audio-worklets.js registers in a worklet's scope: a second instance of the
+ * module, imported while fake `registerProcessor` and `AudioWorkletProcessor` globals exist.
+ * The fake base gives each processor a port whose postMessage transfers as the browser's
+ * does (the sender's buffer is detached) and records what it posted.
+ */
+let registered = null;
+function workletProcessors() {
+  registered ??= (async () => {
+    const found = {};
+    globalThis.AudioWorkletProcessor = class {
+      constructor() {
+        this.port = { posted: [], onmessage: null, postMessage: (m, transfer) => this.port.posted.push(structuredClone(m, { transfer })) };
+      }
+    };
+    globalThis.registerProcessor = (name, cls) => (found[name] = cls);
+    try {
+      await import("./audio-worklets.js?as-a-worklet"); // a second instance, in "worklet scope"
+    } finally {
+      delete globalThis.AudioWorkletProcessor;
+      delete globalThis.registerProcessor;
     }
-  };
-  globalThis.registerProcessor = (name, cls) => (Processor = name === "gateway-capture" ? cls : null);
-  try {
-    await import("./audio-worklets.js?as-a-worklet"); // a second instance, in "worklet scope"
-  } finally {
-    delete globalThis.AudioWorkletProcessor;
-    delete globalThis.registerProcessor;
-  }
+    return found;
+  })();
+  return registered;
+}
+
+test("the capture worklet posts chunks of the size asked, each in a buffer of its own (transferred)", async () => {
+  const Processor = (await workletProcessors())["gateway-capture"];
   const processor = new Processor({ processorOptions: { chunk: 200 } });
   for (let i = 0; i < 5; i += 1) assert.equal(processor.process([[new Float32Array(128).fill(i)]]), true);
   const posted = processor.port.posted;
@@ -202,105 +217,282 @@ test("MicrophoneCapture does not count frames the client dropped (disconnected)"
 
 // ----------------------------------------------------------------------- the player
 
-/** An AudioContext with a clock the test moves, and sources that record start and stop. */
+/** One fake render quantum (128 samples) through a queue: what it output. */
+function renderQuantum(queue) {
+  const out = new Float32Array(128).fill(NaN);
+  queue.render(out);
+  return out;
+}
+
+/** `n` samples valued from, from + 1, ... (exact in Float32): where each came from shows. */
+const ramp = (n, from = 0) => Float32Array.from({ length: n }, (_, i) => from + i);
+const samples = (id, values) => ({ type: "samples", id, samples: values });
+
+test("PlaybackQueue plays the responses in the order their samples came, then silence", () => {
+  const reports = [];
+  const queue = new PlaybackQueue((r) => reports.push(r), { reportEvery: 100000 });
+  queue.receive(samples("r1", ramp(100, 1)));
+  queue.receive(samples("r2", ramp(50, 1001)));
+  queue.receive(samples("r1", ramp(30, 101))); // r1's later samples come after r2's
+  const a = renderQuantum(queue);
+  const b = renderQuantum(queue);
+  assert.deepEqual([...a], [...ramp(100, 1), ...ramp(28, 1001)]);
+  assert.deepEqual([...b.subarray(0, 52)], [...ramp(22, 1029), ...ramp(30, 101)]);
+  assert.ok(b.subarray(52).every((x) => x === 0), "silence after the queue");
+  assert.ok(renderQuantum(queue).every((x) => x === 0), "silence when empty");
+  assert.deepEqual(reports, [
+    { played: { r1: 100, r2: 28 }, drained: [], flushed: [] }, // both started: at once
+    { played: { r1: 130, r2: 50 }, drained: ["r2", "r1"], flushed: [] }, // both ran out: at once
+  ]);
+});
+
+test("PlaybackQueue splits a chunk across quanta and reports every reportEvery samples while playing", () => {
+  const reports = [];
+  const queue = new PlaybackQueue((r) => reports.push(r), { reportEvery: 256 });
+  queue.receive(samples("r1", ramp(700, 1)));
+  const played = Array.from({ length: 7 }, () => [...renderQuantum(queue)]).flat();
+  assert.deepEqual(played.slice(0, 700), [...ramp(700, 1)]);
+  assert.ok(played.slice(700).every((x) => x === 0));
+  assert.deepEqual(
+    reports.map((r) => [r.played.r1, r.drained]),
+    [[128, []], [384, []], [640, []], [700, ["r1"]]],
+    "started, every 256 samples, ran out; nothing while silent",
+  );
+  assert.equal(queue.queued, 0);
+});
+
+test("PlaybackQueue flush drops only that response at once, reports where it stopped, and drops its late samples", () => {
+  const reports = [];
+  const queue = new PlaybackQueue((r) => reports.push(r), { reportEvery: 100000 });
+  queue.receive(samples("r1", ramp(200, 1)));
+  queue.receive(samples("r2", ramp(100, 1001)));
+  queue.receive(samples("r1", ramp(100, 201)));
+  renderQuantum(queue);
+  queue.receive({ type: "flush", id: "r1" });
+  assert.deepEqual(reports.at(-1), { played: { r1: 128 }, drained: [], flushed: ["r1"] });
+  queue.receive(samples("r1", ramp(50, 9000))); // a late frame of the flushed response
+  assert.equal(queue.queued, 100, "only r2 is left");
+  const out = renderQuantum(queue);
+  assert.deepEqual([...out.subarray(0, 100)], [...ramp(100, 1001)]);
+  assert.ok(out.subarray(100).every((x) => x === 0));
+  assert.deepEqual(reports.at(-1), { played: { r2: 100 }, drained: ["r2"], flushed: [] });
+  queue.receive({ type: "flush", id: "r3" }); // nothing of it queued: still confirmed
+  assert.deepEqual(reports.at(-1), { played: { r3: 0 }, drained: [], flushed: ["r3"] });
+});
+
+test("the playback processor renders the queue on every channel of its output and posts its reports", async () => {
+  const Processor = (await workletProcessors())[PLAYBACK_PROCESSOR];
+  const processor = new Processor({ processorOptions: { reportEvery: 128 } });
+  processor.port.onmessage({ data: samples("r1", ramp(200, 1)) });
+  const channels = [new Float32Array(128), new Float32Array(128)];
+  assert.equal(processor.process([], [channels]), true);
+  assert.deepEqual([...channels[0]], [...ramp(128, 1)]);
+  assert.deepEqual([...channels[1]], [...ramp(128, 1)]);
+  assert.deepEqual(processor.port.posted, [{ played: { r1: 128 }, drained: [], flushed: [] }]);
+  processor.port.onmessage({ data: "stop" });
+  assert.equal(processor.process([], [channels]), false);
+});
+
+const processors = await workletProcessors();
+
+/** An AudioContext whose worklet renders when the test says so (`render`), 128 samples a quantum. */
 class FakeContext {
   constructor(sampleRate = 48000) {
     this.sampleRate = sampleRate;
     this.currentTime = 0;
     this.state = "running";
     this.destination = {};
-    this.sources = [];
+    this.nodes = [];
+    this.modules = [];
+    this.audioWorklet = { addModule: async (url) => void this.modules.push(url) };
   }
 
-  createBuffer(channels, length, sampleRate) {
-    const data = new Float32Array(length);
-    return { length, sampleRate, duration: length / sampleRate, getChannelData: () => data };
+  async resume() {
+    this.state = "running";
   }
 
-  createBufferSource() {
-    const source = {
-      buffer: null,
-      startedAt: null,
-      stopped: false,
-      onended: null,
-      connect() {},
-      disconnect() {},
-      start(at) {
-        this.startedAt = at;
-      },
-      stop() {
-        this.stopped = true;
-      },
-    };
-    this.sources.push(source);
-    return source;
+  async close() {
+    this.state = "closed";
   }
 
-  /** Move the clock; fire `onended` of the sources that finished. */
-  advance(seconds) {
-    this.currentTime += seconds;
-    for (const s of this.sources) {
-      if (!s.stopped && !s.ended && s.startedAt + s.buffer.duration <= this.currentTime + 1e-9) {
-        s.ended = true;
-        s.onended?.();
-      }
+  /** Render `count` quanta through every node, then deliver what their processors posted. */
+  render(count) {
+    for (let i = 0; i < count; i += 1) {
+      for (const node of this.nodes) node.process();
+      this.currentTime += 128 / this.sampleRate;
     }
+    for (const node of this.nodes) node.deliver();
+  }
+}
+
+/**
+ * An AudioWorkletNode stand-in that runs the real processor (registered in the fake worklet
+ * scope); the page's messages reach it at once, its own reach the page when the context says.
+ */
+class FakeWorkletNode {
+  constructor(context, name, options) {
+    this.options = options;
+    this.processor = new processors[name](options);
+    this.output = [];
+    this.connected = null;
+    this.port = {
+      onmessage: null,
+      postMessage: (m, transfer) => this.processor.port.onmessage({ data: structuredClone(m, { transfer }) }),
+    };
+    context.nodes.push(this);
+  }
+
+  connect(destination) {
+    this.connected = destination;
+    return destination;
+  }
+
+  disconnect() {
+    this.connected = null;
+  }
+
+  process() {
+    const out = new Float32Array(128);
+    this.running = this.processor.process([], [[out]]);
+    this.output.push(out);
+  }
+
+  deliver() {
+    for (const data of this.processor.port.posted.splice(0)) this.port.onmessage?.({ data });
+  }
+
+  /** The samples it played, every quantum joined. */
+  played() {
+    return this.output.flatMap((o) => [...o]);
+  }
+
+  /** Whether its last `count` quanta were silent. */
+  silent(count) {
+    return this.output.slice(-count).every((o) => o.every((x) => x === 0));
   }
 }
 
 const pcmMs = (ms, rate = 24000) => new Int16Array((rate * ms) / 1000).fill(1000);
+const quanta = (ms, rate = 48000) => Math.round((ms * rate) / 1000 / 128);
+const fakePlayer = (options = {}) => new AudioPlayer({ context: new FakeContext(), AudioWorkletNodeImpl: FakeWorkletNode, ...options });
 
-test("AudioPlayer schedules a response's frames back to back and tracks what was heard", () => {
-  const context = new FakeContext();
+test("AudioPlayer plays a response's frames through the worklet, back to back, and tracks what was heard", async () => {
   const starts = [];
-  const player = new AudioPlayer({ outputRate: 24000, context, onStart: (e) => starts.push(e) });
+  const player = fakePlayer({ outputRate: 24000, onStart: (e) => starts.push(e) });
+  const context = player.context;
+  player.enqueue({ responseId: "r1", pcm: pcmMs(100) }); // before the worklet loaded: kept for it
   player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
-  player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
-  assert.equal(context.sources.length, 2);
-  const [a, b] = context.sources;
-  // resampled to the context's 48 kHz (the last interpolated sample comes with the next frame)
-  assert.equal(a.buffer.length + b.buffer.length, 9599);
-  assert.ok(Math.abs(b.startedAt - (a.startedAt + a.buffer.duration)) < 1e-9, "no gap between frames");
-  assert.equal(starts.length, 1);
-  assert.equal(starts[0].responseId, "r1");
-  assert.equal(player.positionMs("r1"), 0, "nothing heard before the first frame starts");
-  context.advance(a.startedAt + 0.15);
-  assert.equal(player.positionMs("r1"), 150);
-  assert.equal(player.scheduledMs, 200);
   assert.equal(player.frames, 2);
+  assert.equal(player.scheduledMs, 200);
+  await player.resume();
+  assert.equal(context.modules.length, 1, "the module is loaded once");
+  assert.ok(context.modules[0].endsWith("/audio-worklets.js"));
+  const [node] = context.nodes;
+  assert.equal(node.connected, context.destination);
+  assert.deepEqual(node.options.outputChannelCount, [1]);
+  assert.equal(player.positionMs("r1"), 0, "nothing heard before it plays");
+  assert.equal(starts.length, 0);
+  context.render(quanta(150));
+  const heard = player.positionMs("r1");
+  assert.ok(heard > 125 && heard <= 150, `${heard} ms: as of the last report, at most 20 ms old`);
+  assert.deepEqual(starts, [{ responseId: "r1", delayMs: 0 }]);
+  context.render(quanta(100));
+  // resampled to the context's 48 kHz (the last interpolated sample waits for a next frame)
+  const played = node.played();
+  assert.equal(played.findIndex((x) => x === 0), 9599, "no gap between the frames");
+  assert.ok(played.slice(9599).every((x) => x === 0));
+  assert.equal(player.positionMs("r1"), 200);
+  assert.equal(player.playing, false);
   assert.equal(player.positionMs("unknown"), 0);
 });
 
-test("AudioPlayer.flush stops a response at once, keeps its position, and drops its later frames", () => {
-  const context = new FakeContext();
+test("AudioPlayer.flush stops a response at once, keeps its position, drops its later frames, and the next moves up", async () => {
   const ends = [];
-  const player = new AudioPlayer({ context, onEnd: (e) => ends.push(e) });
+  const player = fakePlayer({ onEnd: (e) => ends.push(e) });
+  await player.resume();
+  const context = player.context;
+  const [node] = context.nodes;
   for (let i = 0; i < 3; i += 1) player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
-  context.advance(context.sources[0].startedAt + 0.12);
-  assert.equal(player.flush("r1"), 120);
-  assert.ok(context.sources.every((s) => s.stopped));
-  assert.deepEqual(ends, [{ responseId: "r1", playedMs: 120, interrupted: true }]);
-  context.advance(1);
+  player.enqueue({ responseId: "r2", pcm: new Int16Array(2400).fill(-1000) });
+  context.render(quanta(120));
+  const heard = player.positionMs("r1");
+  assert.ok(heard > 100 && heard <= 120, `${heard} ms`);
+  assert.equal(player.flush("r1"), heard, "what was heard, as last reported");
+  assert.deepEqual(ends, [], "onEnd waits for the processor's word");
+  context.render(1);
+  assert.ok(node.output.at(-1).every((x) => x < 0), "r2 plays at once, in the flushed audio's place");
+  assert.deepEqual(ends, [{ responseId: "r1", playedMs: 120, interrupted: true }], "where it really stopped");
+  context.render(quanta(500));
   assert.equal(player.positionMs("r1"), 120, "the position stays where it stopped");
   player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
-  assert.equal(context.sources.length, 3, "a flushed response's late frames are dropped");
+  assert.equal(player.frames, 4, "a flushed response's late frames are dropped");
+  context.render(4);
+  assert.ok(node.silent(4));
   assert.equal(player.flush("r1"), 120, "a second flush changes nothing");
+  context.render(1);
   assert.equal(ends.length, 1);
-  // the next response starts at once, not after the flushed audio would have ended
-  player.enqueue({ responseId: "r2", pcm: pcmMs(100) });
-  assert.ok(context.sources[3].startedAt < context.currentTime + 0.1);
 });
 
-test("AudioPlayer: a finished response ends once its audio played", () => {
-  const context = new FakeContext();
+test("AudioPlayer: a finished response ends once its audio played", async () => {
   const ends = [];
-  const player = new AudioPlayer({ context, onEnd: (e) => ends.push(e) });
+  const player = fakePlayer({ onEnd: (e) => ends.push(e) });
+  await player.resume();
   player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
   player.finish("r1");
   assert.equal(ends.length, 0);
-  context.advance(1);
+  player.context.render(quanta(100));
   assert.deepEqual(ends, [{ responseId: "r1", playedMs: 100, interrupted: false }]);
   player.finish("r0"); // audio.done of a response with no audio
+  assert.deepEqual(ends[1], { responseId: "r0", playedMs: 0, interrupted: false });
+  player.enqueue({ responseId: "r2", pcm: pcmMs(40) });
+  player.context.render(quanta(100)); // it ran out before audio.done came
+  assert.equal(ends.length, 2);
+  player.finish("r2");
+  assert.deepEqual(ends[2], { responseId: "r2", playedMs: 40, interrupted: false });
+});
+
+test("AudioPlayer: one response's end comes before the next one's start, as they played", async () => {
+  const events = [];
+  const player = fakePlayer({
+    onStart: (e) => events.push(["start", e.responseId]),
+    onEnd: (e) => events.push(["end", e.responseId, e.playedMs]),
+  });
+  await player.resume();
+  player.enqueue({ responseId: "r1", pcm: new Int16Array(1000).fill(1) }); // ends mid-quantum
+  player.finish("r1");
+  player.enqueue({ responseId: "r2", pcm: pcmMs(100) });
+  player.context.render(quanta(50));
+  assert.deepEqual(events, [["start", "r1"], ["end", "r1", 42], ["start", "r2"]]);
+});
+
+test("AudioPlayer.close ends what had not ended, stops the processor, and leaves a context it was given", async () => {
+  const ends = [];
+  const player = fakePlayer({ onEnd: (e) => ends.push(e) });
+  await player.resume();
+  const context = player.context;
+  const [node] = context.nodes;
+  player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
+  context.render(quanta(20));
+  await player.close();
+  assert.deepEqual(ends.map((e) => [e.responseId, e.interrupted]), [["r1", true]]);
+  assert.equal(node.connected, null);
+  context.render(1);
+  assert.equal(node.running, false, "the processor returned false: it may be collected");
+  assert.equal(context.state, "running");
+});
+
+test("AudioPlayer: when the worklet cannot load, resume rejects and responses end at once", async () => {
+  const ends = [];
+  const context = new FakeContext();
+  context.audioWorklet.addModule = async () => {
+    throw new Error("no worklet here");
+  };
+  const player = new AudioPlayer({ context, AudioWorkletNodeImpl: FakeWorkletNode, onEnd: (e) => ends.push(e) });
+  player.enqueue({ responseId: "r1", pcm: pcmMs(100) });
+  await assert.rejects(player.resume(), /no worklet here/);
+  player.finish("r1");
+  assert.deepEqual(ends, [{ responseId: "r1", playedMs: 0, interrupted: false }]);
+  assert.equal(player.flush("r2"), 0);
   assert.equal(ends.length, 2);
 });
 
@@ -442,21 +634,25 @@ test("before the session starts, setAudio puts audio in session.start", async ()
 
 test("attachAudio plays the frames, and on audio.flush flushes and truncates at the position heard", async () => {
   const { conv, sock } = await startedClient();
-  const context = new FakeContext();
-  const player = new AudioPlayer({ context });
+  const player = fakePlayer();
+  const context = player.context;
   attachAudio(conv, player);
+  await player.resume();
   sock.push({ type: "response.created", response_id: "resp_1", seq: 2 });
   for (let i = 0; i < 3; i += 1) {
     const pcm = Array.from(pcmMs(100));
     sock.push(frame({ responseId: "resp_1", offsetMs: 100 * i, pcm }));
   }
   assert.equal(player.frames, 3);
-  context.advance(context.sources[0].startedAt + 0.25);
+  context.render(quanta(240));
+  const heard = player.positionMs("resp_1");
+  assert.ok(heard > 215 && heard <= 240, `${heard} ms`);
   sock.push({ type: "audio.flush", response_id: "resp_1", seq: 3 });
   const truncate = await sock.message("response.truncate");
   assert.equal(truncate.response_id, "resp_1");
-  assert.equal(truncate.audio_end_ms, 250);
+  assert.equal(truncate.audio_end_ms, heard);
   assert.equal(truncate.heard_chars, undefined);
-  assert.ok(context.sources.every((s) => s.stopped));
+  context.render(4);
+  assert.ok(context.nodes[0].silent(4), "the flushed audio stopped at once");
   await conv.close();
 });

@@ -5,7 +5,7 @@
  */
 
 import { CAPTURE_PROCESSOR } from "./audio-worklets.js";
-import { StreamResampler, floatTo16, rms } from "./audio.js";
+import { StreamResampler, floatTo16, loadWorklets, rms } from "./audio.js";
 
 // ------------------------------------------------------------------------- the microphone
 
@@ -92,7 +92,7 @@ export class MicrophoneCapture {
     this._stream = stream;
     const context = (this._context ??= new AudioContext());
     if (context.state === "suspended") await context.resume();
-    await addWorklet(context);
+    await loadWorklets(context);
     if (this._stream !== stream) return; // stop() came meanwhile
     this._resampler = new StreamResampler(context.sampleRate, this.inputRate);
     const source = context.createMediaStreamSource(stream);
@@ -207,13 +207,3 @@ export class MicrophoneCapture {
   }
 }
 
-/** Load the capture worklet into `context` once. */
-const loaded = new WeakMap();
-function addWorklet(/** @type {AudioContext} */ context) {
-  let promise = loaded.get(context);
-  if (!promise) {
-    promise = context.audioWorklet.addModule(new URL("./audio-worklets.js", import.meta.url).href);
-    loaded.set(context, promise);
-  }
-  return promise;
-}
