@@ -11,8 +11,9 @@ would, and records when each event and the first audio frame arrive. Per turn:
   ``speech_edges_ms``), so *after true end* includes the turn detector's wait (``silence_ms``,
   500 ms in ``server_vad``; less in ``semantic`` when the words are complete);
 - **speech_stopped -> first audio**, split into: *STT final* (speech_stopped to the final
-  transcript), *model* (the final transcript to the first ``text.segment``: the model's first
-  words, up to a clause the TTS can speak), *TTS* (the first segment to the first audio frame);
+  transcript), *model first delta* (the final transcript to the first ``text.delta``), *model*
+  (the final transcript to the first ``text.segment``: the model's first words, up to a clause
+  the TTS can speak), *TTS* (the first segment to the first audio frame);
 - **engines alone**: the same finish and first chunk timed on the worker pool directly, with
   no session (``Transcription.finish`` after the clip; ``synthesize`` of the answer's first
   segment);
@@ -47,6 +48,7 @@ from gateway.wire.v1 import (
     AudioDone,
     InputSpeechStopped,
     InputTranscript,
+    TextDelta,
     TextSegment,
 )
 from tests.support import serving
@@ -91,16 +93,16 @@ def note_engine_results() -> None:
         RETURNED["finish"].append(time.perf_counter())
         return result
 
-    async def noted_synthesize(self: VoiceWorkers, text: str, rate: int) -> Any:
+    async def noted_synthesize(self: VoiceWorkers, *args: Any, **kwargs: Any) -> Any:
         first = True
-        async for chunk in synthesize(self, text, rate):
+        async for chunk in synthesize(self, *args, **kwargs):
             if first:
                 RETURNED["chunk"].append(time.perf_counter())
                 first = False
             yield chunk
 
     Transcription.finish = noted_finish  # type: ignore[method-assign]
-    VoiceWorkers.synthesize = noted_synthesize  # type: ignore[method-assign,assignment]
+    VoiceWorkers.synthesize = noted_synthesize  # type: ignore[method-assign]
 
 
 def last_before(times: list[float], moment: float) -> float:
@@ -130,6 +132,8 @@ async def one_turn(
                     marks.setdefault("stopped", now)
                 case InputTranscript(final=True):
                     marks.setdefault("final", now)
+                case TextDelta():
+                    marks.setdefault("delta", now)
                 case TextSegment(text=text):
                     if "segment" not in marks:
                         marks["segment"], first_segment = now, text
@@ -227,6 +231,7 @@ async def main(rounds: int, mode: str, processes: int) -> None:
             "after true end": [r["audio"] for r in rows],
             "after speech_stopped": [r["audio"] - r["stopped"] for r in rows],
             "STT final": [r["final"] - r["stopped"] for r in rows],
+            "model first delta": [r["delta"] - r["final"] for r in rows],
             "model (to first segment)": [r["segment"] - r["final"] for r in rows],
             "TTS (segment to audio)": [r["audio"] - r["segment"] for r in rows],
             "STT finish, engine alone": [a[0] for a in alone],
@@ -247,6 +252,7 @@ async def main(rounds: int, mode: str, processes: int) -> None:
         "turn detector (true end to stopped)",
         "after speech_stopped",
         "STT final",
+        "model first delta",
         "model (to first segment)",
         "TTS (segment to audio)",
         "STT finish, engine alone",
