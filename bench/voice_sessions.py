@@ -18,7 +18,6 @@ import asyncio
 import statistics
 import sys
 import time
-from typing import Any
 
 from bench.voice_turn import pct, proc_cpu, self_cpu
 from client_sdk import connect
@@ -27,7 +26,7 @@ from gateway.logging import configure_logging
 from gateway.voice.offline import PiperTTS
 from gateway.wire.v1 import AudioDone, InputSpeechStopped, Ping, Pong
 from tests.support import serving, session
-from tests.voice_support import DEMO_PHRASES, chunks
+from tests.voice_support import DEMO_PHRASES, answer_as_the_demo_device, say_in_real_time
 
 __all__: list[str] = []
 
@@ -37,19 +36,7 @@ RATE = 16000
 async def speaker(url: str, clip: bytes, go: asyncio.Event) -> tuple[float, int]:
     """Say ``clip`` once ``go`` is set; (speech_stopped to first audio s, answer ms)."""
     async with connect(url, audio={}) as conv:
-
-        @conv.client_function("get_battery_level")
-        async def battery() -> dict[str, Any]:
-            return {"level": 0.5, "charging": True}
-
-        @conv.client_function("open_settings")
-        async def settings(section: str = "general") -> dict[str, Any]:
-            return {"opened": section}
-
-        @conv.client_function("get_nearest_store")
-        async def store(zip_code: str) -> dict[str, Any]:
-            return {"name": "Main St", "distance_km": 1.2}
-
+        answer_as_the_demo_device(conv)
         await conv.start()
         events, audio = conv.events(), conv.audio()
         stopped, first = 0.0, 0.0
@@ -72,10 +59,7 @@ async def speaker(url: str, clip: bytes, go: asyncio.Event) -> tuple[float, int]
         await go.wait()
         heard = asyncio.create_task(first_audio())
         done = asyncio.create_task(until_done())
-        start = time.perf_counter()
-        for n, chunk in enumerate(chunks(clip, RATE, 20)):
-            await conv.send_audio(chunk)
-            await asyncio.sleep(max(0.0, start + (n + 1) * 0.02 - time.perf_counter()))
+        await say_in_real_time(conv, clip, RATE)
         answer = await asyncio.wait_for(done, 120)
         await heard
         return first - stopped, answer.audio_ms

@@ -52,7 +52,13 @@ from gateway.wire.v1 import (
     TextSegment,
 )
 from tests.support import serving
-from tests.voice_support import DEMO_PHRASES, chunks, speech_edges_ms
+from tests.voice_support import (
+    DEMO_PHRASES,
+    answer_as_the_demo_device,
+    chunks,
+    say_in_real_time,
+    speech_edges_ms,
+)
 
 __all__: list[str] = []
 
@@ -143,11 +149,7 @@ async def one_turn(
 
     watching = asyncio.create_task(first_audio())
     reading = asyncio.create_task(watch_events())
-    start = time.perf_counter()
-    for n, chunk in enumerate(chunks(pcm, RATE, FRAME_MS)):
-        await conv.send_audio(chunk)
-        # Paced as a microphone: the frame n + 1 is due (n + 1) * 20 ms after the start.
-        await asyncio.sleep(max(0.0, start + (n + 1) * FRAME_MS / 1000 - time.perf_counter()))
+    start = await say_in_real_time(conv, pcm, RATE, FRAME_MS)
     async with asyncio.timeout(60):
         done = await reading
     await watching
@@ -193,19 +195,7 @@ async def main(rounds: int, mode: str, processes: int) -> None:
     audio_ms = 0
     async with serving(agent=str(DEMO_AGENT), voice_workers=processes) as gateway:
         async with connect(gateway.url, audio={"turn_detection": mode}) as conv:
-
-            @conv.client_function("get_battery_level")
-            async def battery() -> dict[str, Any]:
-                return {"level": 0.82, "charging": False}
-
-            @conv.client_function("open_settings")
-            async def settings(section: str = "general") -> dict[str, Any]:
-                return {"opened": section}
-
-            @conv.client_function("get_nearest_store")
-            async def store(zip_code: str) -> dict[str, Any]:
-                return {"name": "Main St", "distance_km": 1.2}
-
+            answer_as_the_demo_device(conv)
             await conv.start()
             workers = await gateway.runtime.voice.workers()
             # A warm-up turn: the workers' decoders and the model's first answer.

@@ -44,7 +44,14 @@ from tests.mock_llm import MockLLM, mock_llm
 from tests.proxy import proxy_to
 from tests.support import Gateway, serving, session
 from tests.test_truncate import assistant_texts
-from tests.voice_support import chunks, echo_of, rms, speech_edges_ms
+from tests.voice_support import (
+    answer_as_the_demo_device,
+    chunks,
+    echo_of,
+    rms,
+    say_in_real_time,
+    speech_edges_ms,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -434,25 +441,11 @@ async def test_twenty_sessions_speak_and_another_sessions_pings_stay_quick(tts):
 
         async def speaker(n: int) -> AudioDone:
             async with connect(gateway.url, audio={}) as conv:
-
-                @conv.client_function("get_battery_level")
-                async def battery() -> dict[str, Any]:
-                    return {"level": 0.5, "charging": True}
-
-                @conv.client_function("open_settings")
-                async def settings(section: str = "general") -> dict[str, Any]:
-                    return {"opened": section}
-
+                answer_as_the_demo_device(conv)
                 await conv.start()
                 events, seen = conv.events(), list[Outbound]()
                 await speaking.wait()
-                clip = clips[n % len(clips)]
-                loop = asyncio.get_running_loop()
-                start = loop.time()
-                for i, chunk in enumerate(chunks(clip, 16000, 20)):
-                    await conv.send_audio(chunk)
-                    # A microphone's pace: frame i + 1 is due (i + 1) * 20 ms after the start.
-                    await asyncio.sleep(max(0.0, start + (i + 1) * 0.02 - loop.time()))
+                await say_in_real_time(conv, clips[n % len(clips)])
                 done: AudioDone = await until(events, AudioDone, seen)
                 return done
 

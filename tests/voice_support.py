@@ -9,16 +9,21 @@ one" all give ``9 2 0 3 1`` (pocketsphinx writes numbers as words).
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from array import array
+from typing import Any
 
 __all__ = [
     "DEMO_PHRASES",
     "LONG_PHRASES",
+    "answer_as_the_demo_device",
     "chunks",
     "echo_of",
     "normalize",
     "rms",
+    "say_in_real_time",
     "speech_edges_ms",
     "word_errors",
 ]
@@ -167,3 +172,30 @@ def echo_of(pcm: bytes, rate: int, *, delay_ms: int, scale: float = 0.3, seed: i
     level = float(np.sqrt(np.mean(played * played)))
     signal += np.random.default_rng(seed).normal(0, level / 100, signal.size)
     return bytes(np.clip(np.round(signal), -32768, 32767).astype("<i2").tobytes())
+
+
+def answer_as_the_demo_device(conv: Any) -> None:
+    """Register the demo agent's client functions on ``conv`` (a ``Conversation``), as a
+    phone would answer them: what a spoken demo phrase may call."""
+
+    @conv.client_function("get_battery_level")
+    async def battery() -> dict[str, Any]:
+        return {"level": 0.82, "charging": False}
+
+    @conv.client_function("open_settings")
+    async def settings(section: str = "general") -> dict[str, Any]:
+        return {"opened": section}
+
+    @conv.client_function("get_nearest_store")
+    async def store(zip_code: str) -> dict[str, Any]:
+        return {"name": "Main St", "distance_km": 1.2}
+
+
+async def say_in_real_time(conv: Any, pcm: bytes, rate: int = 16000, ms: int = 20) -> float:
+    """Send ``pcm`` through ``conv.send_audio`` in ``ms`` frames at a microphone's pace (frame
+    n + 1 is due (n + 1) * ``ms`` after the first); the ``perf_counter`` time it began."""
+    start = time.perf_counter()
+    for n, chunk in enumerate(chunks(pcm, rate, ms)):
+        await conv.send_audio(chunk)
+        await asyncio.sleep(max(0.0, start + (n + 1) * ms / 1000 - time.perf_counter()))
+    return start
