@@ -184,7 +184,7 @@ def answer_as_the_demo_device(conv: Any) -> None:
 
     @conv.client_function("open_settings")
     async def settings(section: str = "general") -> dict[str, Any]:
-        return {"opened": section}
+        return {"opened": True}  # the demo's output_schema: a boolean
 
     @conv.client_function("get_nearest_store")
     async def store(zip_code: str) -> dict[str, Any]:
