@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def tts() -> Any:
+    """The offline synthesizer (piper), loaded once: the voice tests speak the user's part."""
+    from gateway.voice.offline import PiperTTS
+
+    return PiperTTS()
+
+
+@pytest.fixture(scope="session")
+def stt(tts: Any) -> Any:
+    """The offline recognizer (pocketsphinx), primed as ``load_offline`` primes it (a cold
+    decoder hears "or smile or" for "where is my order"): the voice tests transcribe what
+    the gateway said."""
+    from gateway.voice.offline import PRIMING_TEXT, PocketsphinxSTT
+
+    stt = PocketsphinxSTT()
+    stt.prime(b"".join(tts.synthesize(PRIMING_TEXT, stt.sample_rate)))
+    return stt
 
 
 @pytest.fixture

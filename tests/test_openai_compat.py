@@ -224,11 +224,11 @@ async def test_a_cancel_mid_answer_ends_the_response_cancelled(gateway):
     assert all(getattr(e, "response_id", None) != response_id for e in after)
 
 
-async def test_audio_unknown_and_unreadable_events_get_errors_naming_them(gateway):
+async def test_early_audio_unknown_and_unreadable_events_get_errors_naming_them(gateway):
     _, client = gateway
     async with client.realtime.connect(model="gpt-realtime") as conn:
         await conn.recv()
-        await conn.input_audio_buffer.append(audio="AAAA", event_id="audio-1")
+        await conn.input_audio_buffer.append(audio="AAAA", event_id="audio-1")  # audio is off
         audio = await conn.recv()
         await conn.send({"type": "conversation.item.fold", "event_id": "weird-1"})  # type: ignore[arg-type]
         unknown = await conn.recv()
@@ -238,22 +238,22 @@ async def test_audio_unknown_and_unreadable_events_get_errors_naming_them(gatewa
         wrong = await conn.recv()
         update = {"type": "session.update", "event_id": "u1", "session": {"type": "realtime"}}
         await conn.send_raw(
-            json.dumps({**update, "session": {"type": "realtime", "output_modalities": ["audio"]}})
+            json.dumps({**update, "session": {"type": "realtime", "output_modalities": ["image"]}})
         )
-        voice = await conn.recv()
+        modality = await conn.recv()
         after = await ask(conn, "echo still here")  # the session goes on
     assert (audio.type, audio.error.event_id, audio.error.code) == (
         "error",
         "audio-1",
-        "unsupported",
+        "invalid_audio",
     )
-    assert "audio is not supported yet" in audio.error.message
+    assert "output_modalities ['audio']" in audio.error.message
     assert (unknown.error.event_id, unknown.error.code) == ("weird-1", "unknown_type")
     assert (unreadable.error.code, unreadable.error.event_id) == ("invalid_message", None)
     assert "invalid JSON" in unreadable.error.message
     assert (wrong.error.event_id, wrong.error.code) == ("bad-1", "invalid_message")
     assert "response_id" in wrong.error.message
-    assert (voice.error.event_id, voice.error.code) == ("u1", "unsupported")
+    assert (modality.error.event_id, modality.error.code) == ("u1", "invalid_message")
     assert text_of(after) == "still here"
 
 
@@ -560,6 +560,13 @@ def test_the_gateway_extension_maps_to_segments_and_is_strict_unlike_the_rest():
 
 def test_a_segment_names_the_item_of_its_deltas():
     codec = started_codec()
+    update = {
+        "type": "session.update",
+        "event_id": "u1",
+        "session": {"gateway": {"segments": True}},
+    }
+    codec.decode(json.dumps(update))
+    codec.encode(SessionUpdated(in_reply_to="u1"), b"")
     codec.encode(ResponseCreated(response_id="r1"), b"")
     started = decoded_texts(codec.encode(TextDelta(response_id="r1", delta="Hi. Yo"), b""))
     (segment,) = decoded_texts(codec.encode(TextSegment(response_id="r1", text="Hi. "), b""))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gateway.voice.base import SpeechToTextEngine, TextToSpeechEngine, VoiceActivityDetector
-from gateway.voice.offline import PRIMING_TEXT, PiperTTS, PocketsphinxSTT, SileroVAD
+from gateway.voice.offline import PiperTTS, PocketsphinxSTT, SileroVAD
 from gateway.voice.resample import Resampler
 from gateway.voice.turns import SpeechStarted, SpeechStopped, TurnDetector
 from tests.voice_support import DEMO_PHRASES, chunks, normalize, rms, speech_edges_ms, word_errors
@@ -35,20 +35,6 @@ so each synthesis of a phrase differs, and so does its transcript)."""
 MAX_MEAN_WER = 0.30
 """Over the phrases at both rates. The evaluation measured 12.8 % over 14 clips; 12 runs of
 these phrases measured 13 to 29 % at one rate, 15 to 23 % over both."""
-
-
-@pytest.fixture(scope="module")
-def tts() -> PiperTTS:
-    return PiperTTS()
-
-
-@pytest.fixture(scope="module")
-def stt(tts: PiperTTS) -> PocketsphinxSTT:
-    """Primed as ``load_offline`` primes it: a cold decoder hears "or smile or" for "where is
-    my order"."""
-    stt = PocketsphinxSTT()
-    stt.prime(b"".join(tts.synthesize(PRIMING_TEXT, stt.sample_rate)))
-    return stt
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,6 @@ import pytest
 
 from client_sdk import Conversation, connect
 from gateway.agent.file import DEMO_AGENT
-from gateway.voice.offline import PRIMING_TEXT, PiperTTS, PocketsphinxSTT
-from gateway.voice.resample import Resampler
 from gateway.wire.audio_frame import AnswerAudio
 from gateway.wire.v1 import (
     AudioDone,
@@ -51,6 +49,8 @@ from tests.voice_support import (
     rms,
     say_in_real_time,
     speech_edges_ms,
+    spoken,
+    transcribe,
 )
 
 pytestmark = pytest.mark.slow
@@ -59,31 +59,6 @@ VOICE_AGENT = Path(__file__).parent / "data" / "voice_agent.toml"
 WAIT = 60.0
 """Seconds any one wait may take: the first waits include the worker's start."""
 SILENCE = b"\0\0" * 16000  # 1 s at 16 kHz
-
-
-@pytest.fixture(scope="module")
-def tts() -> PiperTTS:
-    return PiperTTS()
-
-
-@pytest.fixture(scope="module")
-def stt(tts: PiperTTS) -> PocketsphinxSTT:
-    stt = PocketsphinxSTT()
-    stt.prime(b"".join(tts.synthesize(PRIMING_TEXT, stt.sample_rate)))
-    return stt
-
-
-def spoken(tts: PiperTTS, text: str, rate: int = 16000) -> bytes:
-    """``text`` as the user says it: 300 ms of silence, the words, 1 s of silence."""
-    silence = b"\0\0" * rate
-    return silence[: rate * 6 // 10] + b"".join(tts.synthesize(text, rate)) + silence
-
-
-def transcribe(stt: PocketsphinxSTT, pcm: bytes, rate: int) -> str:
-    resampler = Resampler(rate, stt.sample_rate)
-    stream = stt.stream()
-    stream.feed(resampler.feed(pcm) + resampler.flush())
-    return stream.finish().text
 
 
 async def say_out_loud(conv: Conversation, pcm: bytes, rate: int = 16000) -> None:

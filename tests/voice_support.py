@@ -25,6 +25,8 @@ __all__ = [
     "rms",
     "say_in_real_time",
     "speech_edges_ms",
+    "spoken",
+    "transcribe",
     "word_errors",
 ]
 
@@ -172,6 +174,23 @@ def echo_of(pcm: bytes, rate: int, *, delay_ms: int, scale: float = 0.3, seed: i
     level = float(np.sqrt(np.mean(played * played)))
     signal += np.random.default_rng(seed).normal(0, level / 100, signal.size)
     return bytes(np.clip(np.round(signal), -32768, 32767).astype("<i2").tobytes())
+
+
+def spoken(tts: Any, text: str, rate: int = 16000) -> bytes:
+    """``text`` as the user says it (``tts``: a ``PiperTTS``), PCM16 at ``rate``: 600 ms of
+    silence, the words, 1 s of silence."""
+    silence = b"\0\0" * rate
+    return silence[: rate * 6 // 10] + b"".join(tts.synthesize(text, rate)) + silence
+
+
+def transcribe(stt: Any, pcm: bytes, rate: int) -> str:
+    """What ``stt`` (a ``PocketsphinxSTT``) hears in ``pcm`` (PCM16 at ``rate``)."""
+    from gateway.voice.resample import Resampler
+
+    resampler = Resampler(rate, stt.sample_rate)
+    stream = stt.stream()
+    stream.feed(resampler.feed(pcm) + resampler.flush())
+    return str(stream.finish().text)
 
 
 def answer_as_the_demo_device(conv: Any) -> None:

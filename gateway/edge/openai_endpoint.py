@@ -1,5 +1,5 @@
-"""``/v1/openai/realtime``: the OpenAI Realtime protocol (GA, text and function calls)
-on the same session core, for apps built on OpenAI's SDKs.
+"""``/v1/openai/realtime``: the OpenAI Realtime protocol (GA: text, audio and function
+calls) on the same session core and voice pipeline, for apps built on OpenAI's SDKs.
 
 The handshake is v1's, shared (``gateway.edge.handshake``): Host and Origin, the
 credential (``Authorization: Bearer``, which OpenAI's SDKs send, a client token as
@@ -15,9 +15,11 @@ has no resume, so when the socket closes the session ends.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from starlette.websockets import WebSocket
@@ -25,6 +27,8 @@ from starlette.websockets import WebSocket
 from gateway.core.principal import Principal
 from gateway.edge.handshake import accept, admit, open_session
 from gateway.edge.v1_endpoint import close_out, pump, reader_for
+from gateway.voice import g711
+from gateway.wire.openai.audio import Converter, Converters
 from gateway.wire.openai.codec import OpenAIRealtimeCodec
 from gateway.wire.v1 import DecodeFailure, Inbound, SessionStart
 
@@ -70,11 +74,14 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
     """Accept an admitted socket, start its session and run it until either ends."""
     conn = await accept(runtime, websocket, _SUBPROTOCOL)
     codec = OpenAIRealtimeCodec(
-        model=model, new_id=_new_id, max_pending_chars=runtime.config.max_message_chars
+        model=model,
+        new_id=_new_id,
+        max_pending_chars=runtime.config.max_message_chars,
+        converters=_g711_converters(),
     )
     conn.codec = codec
 
-    def decode(text: str) -> list[Inbound | DecodeFailure]:
+    def decode(text: str) -> list[Inbound | DecodeFailure | bytes]:
         decoded = codec.decode(text)
         for frame in decoded.replies:
             conn.send(None, frame)
@@ -108,6 +115,20 @@ def _call_args(driver: Driver) -> Callable[[str], dict[str, Any] | None]:
         return call.args if call is not None else None
 
     return call_args
+
+
+@functools.cache
+def _g711_converters() -> Converters | None:
+    """G.711 to and from PCM16, when this gateway has what it takes (the ``voice`` extra's
+    numpy and soxr); else sessions may use PCM only."""
+    if not all(importlib.util.find_spec(name) for name in ("numpy", "soxr")):
+        return None
+
+    def converter(law: str, rate: int, inbound: bool) -> Converter:
+        assert law in ("pcmu", "pcma")
+        return g711.converter(cast(g711.Law, law), rate, inbound=inbound)
+
+    return converter
 
 
 def _new_id(prefix: str) -> str:

@@ -43,7 +43,7 @@ __all__ = ["Decode", "Reader", "close_out", "pump", "reader_for", "realtime_endp
 
 log = structlog.get_logger("gateway.transport")
 
-Decode = Callable[[str], list[Inbound | DecodeFailure]]
+Decode = Callable[[str], list[Inbound | DecodeFailure | bytes]]
 """Reads a text frame of a wire protocol other than v1 into the core messages it stands for
 (``gateway.wire.codec``)."""
 

@@ -175,8 +175,11 @@ class Connection:
 
     def send_binary(self, frame: BinaryFrame) -> None:
         """Queue a binary frame outside the session's log (the answer's audio), written
-        after the events queued before it; under the same bounds as events."""
-        if self.codec is None and self.queue(None, frame):
+        after the events queued before it; under the same bounds as events. With a codec,
+        the frames of its protocol that carry that audio."""
+        if self.codec is not None:
+            self._send_frames(self.codec.encode_audio(frame))
+        elif self.queue(None, frame):
             self._kick()
 
     def send_all(self, sent: list[tuple[ServerMsg, bytes]]) -> None:

@@ -3,9 +3,10 @@
 The core asks for each segment of a spoken answer (``Speak``, in order), says when an
 answer has no more (``EndSpeech``), and stops one at a barge-in (``StopSpeaking``). The
 ``Speaker`` synthesizes the segments one after another on the speech workers, cuts the
-audio into frames of at most ``FRAME_MS`` with the header of ``gateway.wire.audio_frame``,
-and writes them to the session's socket, if one is attached (audio is not logged: a client
-that was away gets it from the moment it is back). It reports what it spoke to the core:
+audio into frames of at most ``FRAME_MS`` with the header of ``gateway.wire.audio_frame``
+(the last of each segment flagged ``LAST``), and writes them to the session's socket, if
+one is attached (audio is not logged: a client that was away gets it from the moment it is
+back). It reports what it spoke to the core:
 ``SegmentSpoken`` after each segment, ``SpeechDone`` once an answer's audio is all sent
 (so every frame is on the socket before ``audio.done``) or stopped.
 
@@ -160,6 +161,7 @@ class Speaker:
             if (exc := task.exception()) is not None:
                 log.warning("speech_failed", response_id=item.response_id, error=str(exc))
                 self._feed(VoiceFailed(f"the answer could not be spoken: {exc}", item.response_id))
+                self._send(item, b"", last=True)  # the segment's audio ends, failed or not
             self._feed(SegmentSpoken(item.response_id, len(item.text), self._sent_ms - before))
 
     async def _synthesize(self, item: Speak) -> None:
@@ -167,20 +169,21 @@ class Speaker:
         carry = b""
         async for pcm in workers.synthesize(item.text, self.rate, self.voice):
             carry += pcm
-            while len(carry) >= self._frame_bytes:
+            # Whole frames go at once; the rest waits for more, or ends the segment below.
+            while len(carry) > self._frame_bytes:
                 self._send(item, carry[: self._frame_bytes])
                 carry = carry[self._frame_bytes :]
-        if carry:
-            self._send(item, carry)
+        self._send(item, carry, last=True)  # maybe empty: the segment said nothing
 
-    def _send(self, item: Speak, pcm: bytes) -> None:
-        if self._started_at is None:
+    def _send(self, item: Speak, pcm: bytes, *, last: bool = False) -> None:
+        if self._started_at is None and pcm:
             self._started_at = self._clock()
         conn = self._conn()
         if conn is not None:
-            frame = encode_answer_audio(item.response_id, item.seq, self._sent_ms, pcm)
+            frame = encode_answer_audio(item.response_id, item.seq, self._sent_ms, pcm, last=last)
             conn.send_binary(BinaryFrame(frame))
-        self._on_audio(pcm, self.rate)
+        if pcm:
+            self._on_audio(pcm, self.rate)
         self._sent += len(pcm) // 2
 
     async def aclose(self) -> None:

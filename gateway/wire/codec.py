@@ -26,8 +26,9 @@ __all__ = ["Codec", "Decoded", "V1Codec"]
 class Decoded(NamedTuple):
     """What one client frame stands for."""
 
-    messages: list[Inbound | DecodeFailure]
-    """For the core, in order: none, one or more."""
+    messages: list[Inbound | DecodeFailure | bytes]
+    """For the core, in order: none, one or more (``bytes``: the user's audio, PCM16 at the
+    session's rate, as v1's binary frames carry it)."""
     replies: list[bytes]
     """Frames the codec answers at once, without the core (an item echoed back, an
     error about the frame itself)."""
@@ -45,6 +46,10 @@ class Codec(Protocol):
         """The frames of this protocol for one event the session sent (``msg``, and
         ``data``, its v1 JSON): none, one or more, in order."""
 
+    def encode_audio(self, frame: bytes) -> list[bytes]:
+        """The frames of this protocol for one frame of an answer's audio (v1's binary
+        frame, ``gateway.wire.audio_frame``): none, one or more, in order."""
+
 
 class V1Codec:
     """v1 as a codec: frames are the core's messages and events as they are."""
@@ -54,3 +59,6 @@ class V1Codec:
 
     def encode(self, msg: ServerMsg, data: bytes) -> list[bytes]:
         return [data]
+
+    def encode_audio(self, frame: bytes) -> list[bytes]:
+        return [frame]

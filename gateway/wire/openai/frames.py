@@ -3,11 +3,13 @@
 Pure: no I/O. ``Frames`` numbers the events of one connection (each needs an
 ``event_id``) and encodes them; the shapes follow the ``openai`` package's types
 (``openai.types.realtime``): items carry ``object: realtime.item``, responses
-``object: realtime.response``, content parts of a response are ``text`` parts.
+``object: realtime.response``, content parts of a response are ``text`` parts, or ``audio``
+parts with their transcript when the session speaks.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import msgspec
@@ -74,6 +76,8 @@ def response_body(
     output: list[dict[str, Any]],
     usage: tuple[int, int] | None = None,
     details: dict[str, Any] | None = None,
+    *,
+    spoken: bool = False,
 ) -> dict[str, Any]:
     """A response object (``RealtimeResponse``); ``usage`` is ``(input, output)`` tokens."""
     body: dict[str, Any] = {
@@ -81,7 +85,7 @@ def response_body(
         "object": "realtime.response",
         "status": status,
         "output": output,
-        "output_modalities": ["text"],
+        "output_modalities": ["audio"] if spoken else ["text"],
     }
     if usage is not None:
         body["usage"] = {
@@ -116,24 +120,30 @@ class Frames:
         return self.event("error", error={**error, "param": None})
 
     def text_started(
-        self, response_id: str, index: int, item: dict[str, Any], previous: str | None
+        self,
+        response_id: str,
+        index: int,
+        item: dict[str, Any],
+        previous: str | None,
+        *,
+        spoken: bool = False,
     ) -> list[bytes]:
-        """An assistant message begins: its item and its one text part."""
+        """An assistant message begins: its item and its one part, text or (``spoken``)
+        audio with its transcript."""
         where = {"response_id": response_id, "item_id": item["id"], "output_index": index}
+        part = {"type": "audio", "transcript": ""} if spoken else {"type": "text", "text": ""}
         return [
             self.event("response.output_item.added", **_output(response_id, index, item)),
             self.event("conversation.item.added", previous_item_id=previous, item=item),
-            self.event(
-                "response.content_part.added",
-                **where,
-                content_index=0,
-                part={"type": "text", "text": ""},
-            ),
+            self.event("response.content_part.added", **where, content_index=0, part=part),
         ]
 
-    def text_delta(self, response_id: str, item_id: str, index: int, delta: str) -> bytes:
+    def text_delta(
+        self, response_id: str, item_id: str, index: int, delta: str, *, spoken: bool = False
+    ) -> bytes:
+        """A piece of an assistant message's text: of its audio's transcript, ``spoken``."""
         return self.event(
-            "response.output_text.delta",
+            "response.output_audio_transcript.delta" if spoken else "response.output_text.delta",
             response_id=response_id,
             item_id=item_id,
             output_index=index,
@@ -169,6 +179,41 @@ class Frames:
             self.event("response.output_item.done", **_output(response_id, index, item)),
             self.event("conversation.item.done", item=item),
         ]
+
+    def audio_done(
+        self, response_id: str, index: int, item: dict[str, Any], transcript: str
+    ) -> list[bytes]:
+        """A spoken assistant message ends, its audio all sent (``item`` holds its
+        transcript and status)."""
+        where = {"response_id": response_id, "item_id": item["id"], "output_index": index}
+        return [
+            self.event("response.output_audio.done", **where, content_index=0),
+            self.event(
+                "response.output_audio_transcript.done",
+                **where,
+                content_index=0,
+                transcript=transcript,
+            ),
+            self.event(
+                "response.content_part.done",
+                **where,
+                content_index=0,
+                part={"type": "audio", "transcript": transcript},
+            ),
+            self.event("response.output_item.done", **_output(response_id, index, item)),
+            self.event("conversation.item.done", item=item),
+        ]
+
+    def audio_delta(self, response_id: str, item_id: str, index: int, audio: bytes) -> bytes:
+        """A piece of an assistant message's audio, in the session's output format."""
+        return self.event(
+            "response.output_audio.delta",
+            response_id=response_id,
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            delta=base64.b64encode(audio).decode("ascii"),
+        )
 
     def function_call(
         self, response_id: str, index: int, done: dict[str, Any], previous: str | None

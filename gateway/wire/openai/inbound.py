@@ -14,14 +14,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gateway.wire.v1 import SessionUpdate as CoreUpdate
 
 __all__ = [
-    "AUDIO_EVENTS",
-    "AUDIO_NOT_SUPPORTED",
     "CLIENT_EVENT_TYPES",
     "UNSUPPORTED_EVENTS",
+    "WEBRTC_ONLY",
+    "AudioAppend",
+    "AudioClear",
+    "AudioCommit",
+    "AudioConfig",
+    "AudioFormat",
     "ClientEvent",
     "ContentPart",
     "FunctionTool",
@@ -46,16 +51,9 @@ __all__ = [
     "why_invalid",
 ]
 
-AUDIO_EVENTS = frozenset(
-    {
-        "input_audio_buffer.append",
-        "input_audio_buffer.commit",
-        "input_audio_buffer.clear",
-        "output_audio_buffer.clear",
-    }
-)
-"""Client events that carry or steer audio: refused, audio is not supported yet."""
-AUDIO_NOT_SUPPORTED = "audio is not supported yet: this gateway speaks text and function calls only"
+WEBRTC_ONLY = "output_audio_buffer.clear"
+"""OpenAI's client event for WebRTC and SIP only: on a WebSocket the client plays the audio
+and stops it itself."""
 UNSUPPORTED_EVENTS = frozenset({"conversation.item.delete", "conversation.item.retrieve"})
 """Client events of the GA protocol this gateway does not serve (its history is the
 session core's, which items cannot edit)."""
@@ -97,13 +95,39 @@ class GatewayOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     (v1 ``segments``)."""
 
 
+class AudioFormat(msgspec.Struct, kw_only=True):
+    type: str = "audio/pcm"
+    rate: int | None = None
+
+
+class InputAudioConfig(msgspec.Struct, kw_only=True):
+    format: AudioFormat | None = None
+    transcription: dict[str, Any] | UnsetType | None = UNSET
+    turn_detection: dict[str, Any] | UnsetType | None = UNSET
+    noise_reduction: dict[str, Any] | UnsetType | None = UNSET
+
+
+class OutputAudioConfig(msgspec.Struct, kw_only=True):
+    format: AudioFormat | None = None
+    voice: str | dict[str, Any] | None = None
+    speed: float | None = None
+
+
+class AudioConfig(msgspec.Struct, kw_only=True):
+    """``session.audio`` as a client sends it: absent fields keep their value; ``null``
+    turns ``transcription``, ``turn_detection`` or ``noise_reduction`` off."""
+
+    input: InputAudioConfig | None = None
+    output: OutputAudioConfig | None = None
+
+
 class SessionConfig(msgspec.Struct, kw_only=True):
     type: str = "realtime"
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: str | NamedChoice | None = None
     output_modalities: list[str] | None = None
-    audio: dict[str, Any] | None = None
+    audio: AudioConfig | None = None
     gateway: GatewayOptions | None = None
 
 
@@ -166,12 +190,41 @@ class ResponseCancel(ClientEvent, tag="response.cancel"):
     response_id: str | None = None
 
 
-_Events = SessionUpdate | ItemCreate | ItemTruncate | ResponseCreate | ResponseCancel
-_decoder = msgspec.json.Decoder(_Events)
-CLIENT_EVENT_TYPES = frozenset(
-    str(cls.__struct_config__.tag)
-    for cls in (SessionUpdate, ItemCreate, ItemTruncate, ResponseCreate, ResponseCancel)
+class AudioAppend(ClientEvent, tag="input_audio_buffer.append"):
+    audio: str
+    """Base64: PCM16 at 24 kHz, or G.711 at 8 kHz, as the session's input format says."""
+
+
+class AudioCommit(ClientEvent, tag="input_audio_buffer.commit"):
+    pass
+
+
+class AudioClear(ClientEvent, tag="input_audio_buffer.clear"):
+    pass
+
+
+_EVENT_CLASSES = (
+    SessionUpdate,
+    ItemCreate,
+    ItemTruncate,
+    ResponseCreate,
+    ResponseCancel,
+    AudioAppend,
+    AudioCommit,
+    AudioClear,
 )
+_Events = (
+    SessionUpdate
+    | ItemCreate
+    | ItemTruncate
+    | ResponseCreate
+    | ResponseCancel
+    | AudioAppend
+    | AudioCommit
+    | AudioClear
+)
+_decoder = msgspec.json.Decoder(_Events)
+CLIENT_EVENT_TYPES = frozenset(str(cls.__struct_config__.tag) for cls in _EVENT_CLASSES)
 
 decode_event = _decoder.decode
 """Decode a client frame. Raises ``msgspec.ValidationError``/``DecodeError``."""
@@ -190,8 +243,11 @@ def why_invalid(text: str, detail: str) -> tuple[str | None, Refused]:
     kind = raw.get("type")
     if not isinstance(kind, str):
         return event_id, Refused("invalid_message", "missing string field 'type'")
-    if kind in AUDIO_EVENTS:
-        return event_id, Refused("unsupported", f"{AUDIO_NOT_SUPPORTED} ({kind})")
+    if kind == WEBRTC_ONLY:
+        why = "on a WebSocket, stop playing at input_audio_buffer.speech_started, then send"
+        return event_id, Refused(
+            "unsupported", f"{kind} is for WebRTC: {why} conversation.item.truncate"
+        )
     if kind in UNSUPPORTED_EVENTS:
         return event_id, Refused("unsupported", f"{kind} is not supported by this gateway")
     if kind not in CLIENT_EVENT_TYPES:
@@ -232,13 +288,6 @@ def session_update(event: SessionUpdate) -> tuple[CoreUpdate, dict[str, Any]]:
     config = event.session
     if config.type != "realtime":
         raise Refused("unsupported", f"only realtime sessions are served, not {config.type!r}")
-    modalities = config.output_modalities
-    if modalities is not None and "audio" in modalities:
-        raise Refused("unsupported", f"{AUDIO_NOT_SUPPORTED}: set output_modalities ['text']")
-    if config.audio is not None and modalities != ["text"]:
-        # The Agents SDK always sends audio settings: with text output they are moot.
-        why = "audio settings are accepted only with output_modalities ['text']"
-        raise Refused("unsupported", f"{AUDIO_NOT_SUPPORTED}: {why}")
     raw: dict[str, Any] = {}
     changes: dict[str, Any] = {}
     if config.instructions is not None:
@@ -271,7 +320,8 @@ def user_texts(item: Item) -> list[str]:
     texts: list[str] = []
     for part in item.content or []:
         if part.type == "input_audio":
-            raise Refused("unsupported", AUDIO_NOT_SUPPORTED)
+            why = "audio in items is not supported: send it with input_audio_buffer.append"
+            raise Refused("unsupported", why)
         if part.type != "input_text" or part.text is None:
             raise Refused("unsupported", f"content {part.type!r}: send input_text")
         texts.append(part.text)
@@ -294,8 +344,6 @@ def response_options(params: ResponseParams | None) -> tuple[str | None, list[st
     """``tool_choice`` and the tool names a ``response.create`` asks for its response."""
     if params is None:
         return None, None
-    if params.output_modalities is not None and "audio" in params.output_modalities:
-        raise Refused("unsupported", AUDIO_NOT_SUPPORTED)
     if params.conversation == "none" or params.input is not None:
         why = "out-of-band responses (conversation 'none', input) are not supported"
         raise Refused("unsupported", why)
