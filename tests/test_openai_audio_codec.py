@@ -21,6 +21,7 @@ from gateway.wire.openai.inbound import AudioConfig, Refused
 from gateway.wire.v1 import (
     AudioDone,
     AudioFlush,
+    Error,
     InputSpeechStarted,
     InputSpeechStopped,
     InputTranscript,
@@ -232,3 +233,23 @@ def test_g711_converters_take_8_khz_to_the_sessions_rate_and_back():
     assert abs(len(pcm) - 32000) <= 64  # 1 s at 16 kHz
     down = g711.converter("pcmu", 16000, inbound=False)
     assert abs(len(down.feed(pcm, last=True)) - 8000) <= 32
+
+
+def test_a_commit_makes_one_item_when_the_core_has_the_turn_and_none_when_it_refuses():
+    codec = spoken_codec()
+    (_commit,), replies = codec.decode(json.dumps({"type": "input_audio_buffer.commit"}))
+    assert replies == []  # not before the core has the turn
+    codec.encode(InputSpeechStarted(offset_ms=0), b"")
+    stopped = kinds(codec.encode(InputSpeechStopped(offset_ms=900), b""))
+    assert stopped.count("input_audio_buffer.committed") == 1
+    final = kinds(codec.encode(InputTranscript(text="hi", final=True, message_id="m1"), b""))
+    assert final.count("conversation.item.done") == 1
+    # A commit with nothing to commit: the core's error, no item, and a response.create
+    # after it is an error too (nothing to answer).
+    (empty,), _ = codec.decode(json.dumps({"type": "input_audio_buffer.commit", "event_id": "c2"}))
+    (error,) = texts(
+        codec.encode(Error(code="invalid_audio", message="nothing", in_reply_to=empty.id), b"")
+    )
+    assert error["error"]["event_id"] == "c2"
+    _, (refused,) = codec.decode(json.dumps({"type": "response.create"}))
+    assert json.loads(refused)["type"] == "error"

@@ -243,6 +243,10 @@ class _TokenBucket:
         self._tokens = self._burst
         self._at = clock()
 
+    def refund(self) -> None:
+        """Give back the token a frame took (it was not the kind the rate bounds)."""
+        self._tokens = min(self._burst, self._tokens + 1.0)
+
     def take(self) -> bool:
         now = self._clock()
         self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
@@ -360,7 +364,12 @@ class Reader:
         if self._bucket is not None and not self._bucket.take():
             return await self._refuse(None)
         self._refused_in_a_row = 0
-        for item in [_BINARY] if text is None else decode(text):
+        items = [_BINARY] if text is None else decode(text)
+        if self._bucket is not None and items and all(type(i) is bytes for i in items):
+            # Audio (an append): bounded by the session's audio limits, as v1's binary
+            # frames are, not by the frame rate.
+            self._bucket.refund()
+        for item in items:
             if self._feed is not None and self._waiting and not self._inbox and self._feed(item):
                 continue
             if not await self._inbox.put(item):

@@ -111,9 +111,17 @@ CHARS_PER_SECOND = 15
 characters of text heard (about 150 words a minute), since no audio was played."""
 
 _SERVER_CODES = frozenset(
-    {"provider_error", "response_interrupted", "max_steps_exceeded", "store_unavailable"}
+    {
+        "provider_error",
+        "response_interrupted",
+        "max_steps_exceeded",
+        "store_unavailable",
+        "speech_failed",
+    }
 )
 """v1 error codes that are the gateway's or the model's doing, not the client's."""
+_COMMIT = "input_audio_buffer.commit"
+"""What a core ``input_audio.commit`` asked, to undo its effects when the core refuses it."""
 _TERMINAL = frozenset({"completed", "failed", "cancelled", "expired"})
 
 _Messages = list[Inbound | DecodeFailure | bytes]
@@ -324,7 +332,10 @@ class OpenAIRealtimeCodec:
                 return self._append(event), []
             case AudioCommit():
                 self._audio_on()
-                return [InputAudioCommit(id=event.event_id)], self._committed()
+                # Committed once the core has the turn: at the end of the speech it cut
+                # (speech_stopped), or with its transcript (manual turns).
+                self._turn_due = True
+                return [InputAudioCommit(id=self._ask(event.event_id, _COMMIT))], []
             case AudioClear():
                 self._audio_on()
                 return [InputAudioClear(id=self._ask(event.event_id, None))], []
@@ -366,8 +377,7 @@ class OpenAIRealtimeCodec:
             raise Refused("unsupported", f"output_modalities {asked!r} per response: {why}")
         if self._turn_due and not self._pending:
             # The core answers a committed spoken turn by itself, once it is transcribed.
-            self._turn_due = False
-            self._create_absorbed = self._transcribing is not None
+            self._turn_due, self._create_absorbed = False, True
             return [], []
         if self._pending:
             text = "\n\n".join(self._pending)
@@ -788,6 +798,8 @@ class OpenAIRealtimeCodec:
             event_id, answer = self._asked.pop(event_id)
             if isinstance(answer, dict) and "audio" in answer:  # refused: as it was
                 self._audio_asked = self._audio
+            elif answer is _COMMIT:  # nothing to commit: no turn, no answer
+                self._turn_due = self._create_absorbed = False
         kind = "server_error" if msg.code in _SERVER_CODES else "invalid_request_error"
         if msg.response_id is not None and msg.response_id == self._core:
             self._failure = {"type": kind, "code": msg.code, "message": msg.message}
