@@ -17,6 +17,7 @@ from gateway.config import Config
 from gateway.core.model import ModelEvent, ModelRequest
 from gateway.edge.app import create_app
 from gateway.providers.base import Provider, ReportsRetries, RetryListener
+from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.runtime import Runtime, agent_from_config
 from gateway.wire.v1 import (
     Outbound,
@@ -91,7 +92,9 @@ async def serving(*, send_buffer: int | None = None, **overrides: Any) -> AsyncI
     config = Config(host="127.0.0.1", port=0, **overrides)
     agent = agent_from_config(config)
     model = RecordingProvider(agent.provider)
-    app = create_app(config, agent=dataclasses.replace(agent, provider=model))
+    if not isinstance(agent.provider, RealtimeProvider):  # its steps go through its sessions
+        agent = dataclasses.replace(agent, provider=model)
+    app = create_app(config, agent=agent)
     server = build_server(config, app)
     # Listening before uvicorn starts means clients queue in the backlog: no race, no polling.
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only then,

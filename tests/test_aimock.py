@@ -35,13 +35,15 @@ pytestmark = pytest.mark.skipif(
 
 
 @asynccontextmanager
-async def aimock(chunk_size: int) -> AsyncIterator[str]:
-    """aimock on a free port, cutting streams every ``chunk_size`` code units; its URL."""
+async def aimock(chunk_size: int | None = None, fixtures: Path = FIXTURES) -> AsyncIterator[str]:
+    """aimock on a free port with ``fixtures`` (a file or a folder), cutting streams every
+    ``chunk_size`` code units when given; its URL."""
     node = shutil.which("node")
     assert node is not None
+    chunking = ("--chunk-size", str(chunk_size)) if chunk_size is not None else ()
     process = await asyncio.create_subprocess_exec(
-        *(node, str(CLI), "--port", "0", "--fixtures", str(FIXTURES)),
-        *("--chunk-size", str(chunk_size)),
+        *(node, str(CLI), "--port", "0", "--fixtures", str(fixtures)),
+        *chunking,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

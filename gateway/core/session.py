@@ -61,6 +61,7 @@ from gateway.core.inbound import (
     UserMessage,
 )
 from gateway.core.intake import Intake
+from gateway.core.model import ModelRequest, ToolSchema
 from gateway.core.outbound import (
     PROTOCOL_VERSION,
     ClientCall,
@@ -375,6 +376,18 @@ class Session:
                 | VoiceFailed()
             ):
                 self._speech.receive(event)
+
+    def model_request(self) -> ModelRequest:
+        """What a model would get for a step now (every tool offered): how a model that
+        keeps a session of its own (a speech-to-speech one) is set up."""
+        return ModelRequest(
+            instructions=self._state.instructions,
+            items=self._history.items,
+            tools=tuple(
+                ToolSchema(name=d.name, description=d.description, input_schema=d.input_schema)
+                for d in self._calls.tools.definitions()
+            ),
+        )
 
     @property
     def history_mark(self) -> Mark:

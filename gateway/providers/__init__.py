@@ -44,7 +44,16 @@ _HTTP_ADAPTERS = {
         "GEMINI_API_KEY",
     ),
 }
-PROVIDERS = ("scripted", *_HTTP_ADAPTERS)
+_REALTIME_URLS = {
+    "openai-realtime": ("wss://api.openai.com/v1", "OPENAI_API_KEY"),
+    "gemini-live": (
+        "wss://generativelanguage.googleapis.com/ws/"
+        "google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent",
+        "GEMINI_API_KEY",
+    ),
+}
+"""Speech-to-speech models (``gateway.providers.realtime``): their URL and key variable."""
+PROVIDERS = ("scripted", *_HTTP_ADAPTERS, *_REALTIME_URLS)
 
 
 def _load(target: str) -> Any:
@@ -85,6 +94,12 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Scripted model: path of the scenario TOML, relative to the agent file."""
     pace: float | None = None
     """Scripted model: seconds between words, overriding the scenario's."""
+    voices: list[str] | None = None
+    """Speech-to-speech models: the voices to offer, the default first (the vendor's list
+    when unset)."""
+    max_session_s: float | None = None
+    """Speech-to-speech models: move the conversation to a new upstream session after this
+    long (OpenAI ends its sessions at 60 minutes: 3300 s by default there)."""
 
 
 def create_provider(
@@ -103,6 +118,8 @@ def create_provider(
 
         scenario = load_scenario(base_dir / settings.scenario)
         return ScriptedProvider(scenario, pace=pace if pace is not None else settings.pace)
+    if settings.provider in _REALTIME_URLS:
+        return _realtime_provider(settings)
     adapter = _HTTP_ADAPTERS.get(settings.provider)
     if adapter is None:
         raise ConfigError(
@@ -140,3 +157,43 @@ def create_provider(
         )
     adapter_class: type[HttpProvider] = _load(adapter.target)
     return adapter_class(http, tools=settings.tools)
+
+
+def _realtime_provider(settings: ModelSettings) -> Provider:
+    """A speech-to-speech model: its upstream sessions open per conversation."""
+    if not settings.model:
+        raise ConfigError(f"model: the {settings.provider} provider needs 'model'")
+    from gateway.providers.http import api_key_from_env
+    from gateway.providers.realtime import GEMINI_VOICES, OPENAI_VOICES, RealtimeProvider
+    from gateway.providers.realtime.upstream import Upstream
+
+    default_url, key_env = _REALTIME_URLS[settings.provider]
+    url = settings.base_url or default_url
+    key = api_key_from_env(settings.api_key_env, key_env)
+    model, timeout = settings.model, settings.connect_timeout
+
+    if settings.provider == "openai-realtime":
+        from gateway.providers.realtime.openai import OpenAIRealtimeUpstream
+
+        def openai() -> Upstream:
+            return OpenAIRealtimeUpstream(
+                base_url=url, model=model, api_key=key, connect_timeout=timeout
+            )
+
+        return RealtimeProvider(
+            settings.provider,
+            openai,
+            voices=tuple(settings.voices or OPENAI_VOICES),
+            max_session_s=settings.max_session_s,
+        )
+    from gateway.providers.realtime.gemini import GeminiLiveUpstream
+
+    def gemini() -> Upstream:
+        return GeminiLiveUpstream(url=url, model=model, api_key=key, connect_timeout=timeout)
+
+    return RealtimeProvider(
+        settings.provider,
+        gemini,
+        voices=tuple(settings.voices or GEMINI_VOICES),
+        max_session_s=settings.max_session_s,
+    )

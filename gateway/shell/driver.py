@@ -48,12 +48,14 @@ from gateway.core.model import ModelText
 from gateway.core.session import Session
 from gateway.errors import closing
 from gateway.providers.base import Provider
+from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.connection import Connection
 from gateway.shell.effects import Effects
 from gateway.shell.flag import Flag
 from gateway.shell.journal import Journal
 from gateway.shell.model_stream import ModelStep
 from gateway.shell.observe import LogObserver, SessionObserver
+from gateway.shell.realtime_voice import RealtimeVoice
 from gateway.shell.replay import missed, replay
 from gateway.shell.rounds import ROUNDS
 from gateway.shell.session_queue import (
@@ -163,7 +165,7 @@ class Driver:
     ) -> None:
         self.session = session
         self._voice_pool = voice
-        self._voice: SessionVoice | None = None
+        self._voice: SessionVoice | RealtimeVoice | None = None
         """The session's audio, made when it is first turned on."""
         self._provider = provider
         self._others = agents or {}
@@ -261,15 +263,29 @@ class Driver:
     def _voice_effect(self, effect: VoiceEffect) -> None:
         """Carry out a voice effect; the session's voice is made at the first."""
         if self._voice is None:
-            if self._voice_pool is None:
+            if isinstance(self._provider, RealtimeProvider):
+                self._voice = self._realtime(self._provider)
+            elif self._voice_pool is None:
                 return  # the core never asks without voices: a node with none
-            self._voice = SessionVoice(
-                self._voice_pool,
+            else:
+                self._voice = SessionVoice(
+                    self._voice_pool,
+                    conn=lambda: self._effects.conn,
+                    feed=self.feed,
+                    responding=lambda: self.session.responding,
+                )
+        self._voice.carry_out(effect)
+
+    def _realtime(self, provider: RealtimeProvider) -> RealtimeVoice:
+        """The session's link to its speech-to-speech model: its voice and its steps."""
+        if not isinstance(self._voice, RealtimeVoice):
+            self._voice = RealtimeVoice(
+                provider,
                 conn=lambda: self._effects.conn,
                 feed=self.feed,
-                responding=lambda: self.session.responding,
+                model_request=self.session.model_request,
             )
-        self._voice.carry_out(effect)
+        return self._voice
 
     def _idle(self) -> bool:
         """The loop waits on an empty queue and the store commits at once: an event that
@@ -551,9 +567,12 @@ class Driver:
     def _model_step(self, effect: CallModel) -> Coroutine[Any, Any, None]:
         """The work of a model step: the agent's model, streamed into this session."""
         other = self._others.get(effect.agent)
+        provider = self._provider if other is None else other.provider
+        if isinstance(provider, RealtimeProvider):  # its steps go through the session's link
+            provider = self._realtime(provider).provider_for(effect.response_id)
         return ModelStep(
             effect,
-            self._provider if other is None else other.provider,
+            provider,
             backlog=self._queue.model_backlog,
             idle=self._idle,
             take_text=self._take_text,

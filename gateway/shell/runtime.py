@@ -28,6 +28,7 @@ from gateway.core.session import AgentProfile, Session, SessionSettings
 from gateway.core.state import SessionState
 from gateway.errors import TooManySessions, closing
 from gateway.providers.base import Provider, ReportsRetries
+from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.cluster import Cluster, ResumeRefusal, token_hash
 from gateway.shell.connection import Abort, Connection, FrameWriter, Socket
 from gateway.shell.driver import Driver
@@ -208,7 +209,11 @@ class Runtime:
             principal=principal,
             schema_guard=self.schema_guard,
             max_history_chars=config.max_history_chars,
-            voices=self.voice.voices,
+            voices=(
+                self.agent.provider.voices
+                if isinstance(self.agent.provider, RealtimeProvider)
+                else self.voice.voices
+            ),
         )
 
     def _profile(self, name: str) -> AgentProfile | None:
