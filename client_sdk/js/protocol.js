@@ -91,6 +91,8 @@
  * @typedef {object} Usage
  * @property {number} input_tokens
  * @property {number} output_tokens
+ * @property {number} input_audio_tokens Of input_tokens, audio (a speech-to-speech model's).
+ * @property {number} output_audio_tokens Of output_tokens, audio.
  */
 
 /**

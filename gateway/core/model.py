@@ -63,6 +63,9 @@ class ModelToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
 class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
+    input_audio_tokens: int = 0
+    """Of ``input_tokens``, those of audio (a speech-to-speech model's)."""
+    output_audio_tokens: int = 0
 
 
 class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):

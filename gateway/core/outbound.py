@@ -295,6 +295,9 @@ class ToolStatus(ServerMsg, tag="tool.status"):
 class Usage(msgspec.Struct, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
+    input_audio_tokens: int = 0
+    """Of ``input_tokens``, those of audio: a speech-to-speech model hears and speaks."""
+    output_audio_tokens: int = 0
 
 
 class ResponseDone(ServerMsg, tag="response.done"):

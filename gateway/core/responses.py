@@ -331,6 +331,8 @@ class Responses:
                 if usage is not None:
                     response.usage.input_tokens += usage.input_tokens
                     response.usage.output_tokens += usage.output_tokens
+                    response.usage.input_audio_tokens += usage.input_audio_tokens
+                    response.usage.output_audio_tokens += usage.output_audio_tokens
                 self._finish_step(response, now)
             case ModelRetrying(attempt=attempt, delay=delay, reason=reason):
                 self._out.send(

@@ -599,4 +599,6 @@ def _usage(usage: up.UpstreamUsage | None) -> ModelUsage | None:
     return ModelUsage(
         input_tokens=usage.input_text_tokens + usage.input_audio_tokens,
         output_tokens=usage.output_text_tokens + usage.output_audio_tokens,
+        input_audio_tokens=usage.input_audio_tokens,
+        output_audio_tokens=usage.output_audio_tokens,
     )
