@@ -382,6 +382,10 @@ class RealtimeVoice:
             case up.AudioDelta(pcm=pcm):
                 self._audio_of(pcm)
             case up.TextDelta() | up.CallRequested() | up.TurnDone():
+                if isinstance(event, up.TurnDone) and event.status == "cancelled":
+                    # The upstream stopped its answer for the user's speech (Gemini's own
+                    # VAD): a barge-in, however long the speech has lasted so far.
+                    self._check_interrupt(now=True)
                 if self._receiving is not None:
                     self._receiving.events.put_nowait(event)
                     if isinstance(event, up.TurnDone):
@@ -419,9 +423,11 @@ class RealtimeVoice:
             self._feed(SpeechStarted(offset))
         self._feed(SpeechStopped(offset))
 
-    def _check_interrupt(self) -> None:
+    def _check_interrupt(self, *, now: bool = False) -> None:
         start, audio = self._speech_over, self._audio
-        if start is None or audio is None or self._heard_ms - start < audio.interrupt_min_ms:
+        if start is None or audio is None:
+            return
+        if not now and self._heard_ms - start < audio.interrupt_min_ms:
             return
         self._speech_over = None
         played = self.played_ms()
