@@ -11,6 +11,7 @@ relayed to the client as the answer's frames; a barge-in cancels and truncates u
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
 
 from client_sdk import connect
 from client_sdk.client import Conversation
@@ -452,3 +454,51 @@ async def test_against_aimock_a_typed_question_calls_the_apps_function_then_answ
     assert done.status == "completed"
     texts = [e.text for e in seen if isinstance(e, TextDone)]
     assert texts[-1] == "Your battery is at 80 percent."
+
+
+async def test_an_openai_sdk_client_of_the_gateway_hears_the_speech_to_speech_model():
+    """The app speaks OpenAI Realtime to the gateway, the gateway to the upstream model."""
+    reset_gates()
+    script = [Say("Hello from upstream.")]
+    async with (
+        RealtimeUpstream(script, transcripts=["hello"]) as upstream,
+        realtime_gateway(upstream) as gateway,
+    ):
+        client = AsyncOpenAI(
+            api_key="sk-x", websocket_base_url=f"ws://127.0.0.1:{gateway.port}/v1/openai"
+        )
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            await conn.recv()
+            audio = {
+                "input": {"format": {"type": "audio/pcm", "rate": 24000}},
+                "output": {"voice": "alloy"},
+            }
+            await conn.session.update(
+                session={"type": "realtime", "output_modalities": ["audio"], "audio": audio}
+            )  # type: ignore[typeddict-item]
+            events: list[Any] = []
+            async with asyncio.timeout(WAIT):
+                while (event := await conn.recv()).type != "session.updated":
+                    events.append(event)
+                speech = tone("hello", 24000) + b"\0\0" * 24000
+                for i in range(0, len(speech), 4800):
+                    await conn.input_audio_buffer.append(
+                        audio=base64.b64encode(speech[i : i + 4800]).decode()
+                    )
+                while (event := await conn.recv()).type != "response.done":
+                    events.append(event)
+
+    assert upstream.failures == []
+    assert event.response.status == "completed"
+    pcm = b"".join(
+        base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"
+    )
+    assert pcm == tone("Hello from upstream.", 24000)
+    (transcript,) = [
+        e.transcript for e in events if e.type == "response.output_audio_transcript.done"
+    ]
+    assert transcript == "Hello from upstream."
+    kinds = [e.type for e in events]
+    assert max(i for i, k in enumerate(kinds) if k == "response.output_audio.delta") < kinds.index(
+        "response.output_audio.done"
+    )

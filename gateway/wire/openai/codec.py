@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import msgspec
 
-from gateway.wire.audio_frame import decode_answer_audio
+from gateway.wire.audio_frame import AnswerAudio, decode_answer_audio
 from gateway.wire.codec import Decoded
 from gateway.wire.openai.audio import (
     G711,
@@ -257,6 +257,8 @@ class OpenAIRealtimeCodec:
         """As the latest ``session.update`` asked: the client's audio is read by it."""
         self._order = OutputOrder()
         self._made_wait = False
+        self._early: list[AnswerAudio] = []
+        """Audio of the running response that came before any of its text."""
         self._segments: dict[int, _Text] = {}
         """Spoken segments whose audio is still coming, by ``seq``, to their item."""
         self._converted: dict[tuple[str, bool], Converter] = {}
@@ -492,6 +494,7 @@ class OpenAIRealtimeCodec:
                 self._core = self._latest_core = msg.response_id
                 self._core_chars, self._latest_items, self._failure = 0, {}, None
                 self._core_spoken, self._create_absorbed = self._audio.spoken, False
+                self._early = []
                 self._open(msg.response_id, out)
             case ResponseDone():
                 self._on_done(msg, out)
@@ -618,8 +621,18 @@ class OpenAIRealtimeCodec:
         """See ``gateway.wire.codec.Codec.encode_audio``: ``response.output_audio.delta``
         for the item whose segment the frame speaks; the item's closing events once its
         last segment's last frame is out."""
-        audio = decode_answer_audio(frame)
+        return self._audio_frames(decode_answer_audio(frame))
+
+    def _audio_frames(self, audio: AnswerAudio) -> list[bytes]:
         text = self._segments.get(audio.seq)
+        if text is None and self._text is not None and self._text.core == audio.response_id:
+            # Audio ahead of its segment's text: a speech-to-speech model's, which speaks
+            # and transcribes at once. It belongs to the message being written.
+            text = self._text
+            text.segments_spoken = True
+        if text is None and audio.response_id == self._core:
+            self._early.append(audio)  # before any of its text: it opens the message
+            return []
         if text is None:
             return []  # audio of a segment this socket never saw (it is not spoken here)
         if text.audio_start_ms is None:
@@ -635,7 +648,7 @@ class OpenAIRealtimeCodec:
             response = text.response
             out.append(self._frames.audio_delta(response.id, text.item_id, text.output_index, pcm))
         if audio.last:
-            del self._segments[audio.seq]
+            self._segments.pop(audio.seq, None)
             text.segments.discard(audio.seq)
             if not text.segments and text.wait is not None:
                 self._order.release(text.wait, out)
@@ -668,6 +681,10 @@ class OpenAIRealtimeCodec:
             out += self._frames.text_started(
                 response.id, text.output_index, item, previous, spoken=spoken
             )
+            if self._early:  # a speech-to-speech model's audio came first
+                early, self._early = self._early, []
+                for audio in early:
+                    out += self._audio_frames(audio)
         text.pieces.append(msg.delta)
         text.chars += len(msg.delta)
         self._core_chars += len(msg.delta)
