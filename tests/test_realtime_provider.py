@@ -502,3 +502,24 @@ async def test_an_openai_sdk_client_of_the_gateway_hears_the_speech_to_speech_mo
     assert max(i for i, k in enumerate(kinds) if k == "response.output_audio.delta") < kinds.index(
         "response.output_audio.done"
     )
+
+
+async def test_an_upstream_that_cannot_be_reached_is_an_error_once_and_the_session_lives():
+    """Nothing listens where the model should be: the client's audio gets one error (not one
+    a frame), a typed message's response fails, and the session goes on."""
+    async with (
+        serving(agent=str(AGENT), base_url="ws://127.0.0.1:9/v1") as gateway,
+        connect(gateway.url, audio={"input_rate": 16000, "output_rate": 24000}) as conv,
+    ):
+        await conv.start()
+        events = conv.events()
+        await say(conv, SPEECH)
+        seen: list[Outbound] = []
+        error = await until(events, Error, seen)
+        await conv.post("hello?")
+        done = await until(events, ResponseDone, seen)
+
+    assert (error.code, error.retryable) == ("speech_failed", True)
+    assert "could not be opened" in error.message
+    assert [e.code for e in seen if isinstance(e, Error)].count("speech_failed") == 1
+    assert done.status == "failed"

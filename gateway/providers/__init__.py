@@ -99,7 +99,8 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     when unset)."""
     max_session_s: float | None = None
     """Speech-to-speech models: move the conversation to a new upstream session after this
-    long (OpenAI ends its sessions at 60 minutes: 3300 s by default there)."""
+    long. Unset: 3300 s for ``openai-realtime`` (OpenAI ends its sessions at 60 minutes),
+    none for ``gemini-live`` (its ``goAway`` says when)."""
 
 
 def create_provider(
@@ -164,7 +165,12 @@ def _realtime_provider(settings: ModelSettings) -> Provider:
     if not settings.model:
         raise ConfigError(f"model: the {settings.provider} provider needs 'model'")
     from gateway.providers.http import api_key_from_env
-    from gateway.providers.realtime import GEMINI_VOICES, OPENAI_VOICES, RealtimeProvider
+    from gateway.providers.realtime import (
+        GEMINI_VOICES,
+        OPENAI_SESSION_S,
+        OPENAI_VOICES,
+        RealtimeProvider,
+    )
     from gateway.providers.realtime.upstream import Upstream
 
     default_url, key_env = _REALTIME_URLS[settings.provider]
@@ -184,7 +190,7 @@ def _realtime_provider(settings: ModelSettings) -> Provider:
             settings.provider,
             openai,
             voices=tuple(settings.voices or OPENAI_VOICES),
-            max_session_s=settings.max_session_s,
+            max_session_s=settings.max_session_s or OPENAI_SESSION_S,
         )
     from gateway.providers.realtime.gemini import GeminiLiveUpstream
 

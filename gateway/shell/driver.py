@@ -134,6 +134,7 @@ class Driver:
         "_provider",
         "_queue",
         "_quick",
+        "_retired_voice",
         "_store",
         "_tools",
         "_ttl",
@@ -166,6 +167,8 @@ class Driver:
         self.session = session
         self._voice_pool = voice
         self._voice: SessionVoice | RealtimeVoice | None = None
+        self._retired_voice: asyncio.Task[None] | None = None
+        """The voice of the agent before a hand-over, closing."""
         """The session's audio, made when it is first turned on."""
         self._provider = provider
         self._others = agents or {}
@@ -278,14 +281,18 @@ class Driver:
 
     def _realtime(self, provider: RealtimeProvider) -> RealtimeVoice:
         """The session's link to its speech-to-speech model: its voice and its steps."""
-        if not isinstance(self._voice, RealtimeVoice):
-            self._voice = RealtimeVoice(
-                provider,
-                conn=lambda: self._effects.conn,
-                feed=self.feed,
-                model_request=self.session.model_request,
-            )
-        return self._voice
+        voice = self._voice
+        if isinstance(voice, RealtimeVoice) and voice.provider is provider:
+            return voice
+        if voice is not None:  # another agent's (a hand-over): it says no more
+            self._retired_voice = asyncio.create_task(voice.aclose())
+        link = self._voice = RealtimeVoice(
+            provider,
+            conn=lambda: self._effects.conn,
+            feed=self.feed,
+            model_request=self.session.model_request,
+        )
+        return link
 
     def _idle(self) -> bool:
         """The loop waits on an empty queue and the store commits at once: an event that
@@ -391,6 +398,8 @@ class Driver:
                 await self._journal.end()
             if self._voice is not None:
                 await self._voice.aclose()
+            if self._retired_voice is not None:
+                await self._retired_voice
             self.quiet.set()
             self._effects.tell(lambda observer, now: observer.ended(now))
 

@@ -50,6 +50,7 @@ from gateway.core.event import (
     SpeechStopped,
     StopSpeaking,
     Transcribed,
+    VoiceFailed,
 )
 from gateway.core.model import (
     ModelEvent,
@@ -79,6 +80,8 @@ log = structlog.get_logger("gateway.voice")
 MS_PER_CHAR = 65
 """The speaking rate assumed to place a barge-in in an answer's text (about 15 characters a
 second, as speech-to-speech models speak)."""
+REOPEN_AFTER_S = 2.0
+"""After an upstream session failed to open, the soonest the next attempt is made."""
 ROTATE_QUIET_WAIT_S = 30.0
 """The longest a replacement waits for the user to finish a turn before it goes anyway."""
 TURN_WAIT_S = 30.0
@@ -116,7 +119,7 @@ class RealtimeVoice:
         feed: Callable[[Event], None],
         model_request: Callable[[], ModelRequest],
     ) -> None:
-        self._provider = provider
+        self.provider = provider
         self._conn = conn
         self._feed = feed
         self._model_request = model_request
@@ -156,6 +159,8 @@ class RealtimeVoice:
         self._started_at: float | None = None
         self._stopped: set[str] = set()
         # The upstream session's life
+        self._failed_until = 0.0
+        self._failure = ""
         self._resume_handle: str | None = None
         self._rotation_timer: asyncio.TimerHandle | None = None
         self._rotating = False
@@ -190,7 +195,8 @@ class RealtimeVoice:
 
     def _listen(self, audio: AudioSettings | None) -> None:
         self._audio = audio
-        if audio is None:
+        if audio is None:  # no more audio either way
+            self._to_upstream = self._from_upstream = None
             return
         upstream_rates = self._rates()
         self._to_upstream = Resampler(audio.input_rate, upstream_rates[0])
@@ -198,7 +204,7 @@ class RealtimeVoice:
         self._open_soon()  # the upstream hears the user from the first frame
 
     def _rates(self) -> tuple[int, int]:
-        probe = self._upstream or self._provider.new_upstream()
+        probe = self._upstream or self.provider.new_upstream()
         return probe.input_rate, probe.output_rate
 
     def _end(self, response_id: str) -> None:
@@ -246,9 +252,8 @@ class RealtimeVoice:
         try:
             upstream = await self._ready()
             await upstream.send_audio(resampler.feed(pcm))
-        except ProviderError as exc:
-            log.warning("realtime_audio_lost", error=str(exc))
-            return
+        except ProviderError:
+            return  # said once, when the opening failed
         self._heard_ms += len(pcm) * 1000 // (2 * audio.input_rate)
         self._check_interrupt()
 
@@ -259,18 +264,29 @@ class RealtimeVoice:
             self._opening = asyncio.create_task(self._open(), name="gateway:realtime-open")
 
     async def _ready(self) -> up.Upstream:
+        """The upstream session, opened (or being opened) when there is none. After a
+        failed opening, the next is tried ``REOPEN_AFTER_S`` later at the soonest: a
+        frame of audio or a step meanwhile fails at once."""
+        if self._opening is None and self._clock() < self._failed_until:
+            raise ProviderError(self._failure)
         self._open_soon()
         assert self._opening is not None
+        opening = self._opening
         try:
-            return await asyncio.shield(self._opening)
-        except ProviderError:
-            self._opening = None  # the next need tries again
-            raise
+            return await asyncio.shield(opening)
+        except ProviderError as exc:
+            if self._opening is opening:
+                self._opening = None
+                self._failed_until = self._clock() + REOPEN_AFTER_S
+                self._failure = f"the model's session could not be opened: {exc}"
+                log.warning("realtime_upstream_failed", error=str(exc))
+                self._feed(VoiceFailed(self._failure))  # the client hears why, once
+            raise ProviderError(self._failure) from exc
 
     async def _open(self) -> up.Upstream:
         """A new upstream session, given the conversation so far (or resumed by the handle
         the last one gave), in place of the last one from now on."""
-        upstream = self._provider.new_upstream()
+        upstream = self.provider.new_upstream()
         request = self._model_request()
         audio = self._audio
         resume, self._resume_handle = self._resume_handle, None
@@ -286,7 +302,10 @@ class RealtimeVoice:
             resume_handle=resume,
         )
         await upstream.open(setup)
-        if resume is None:  # given the history: its calls go by the gateway's ids now
+        if resume is not None:  # it has the conversation up to the last session's end
+            known = self._known
+        else:  # given the history: its calls go by the gateway's ids now
+            known = len(request.items)
             self._call_ids = {}
             self._seeded_calls = {
                 call.call_id
@@ -295,19 +314,19 @@ class RealtimeVoice:
                 for call in item.calls
             }
         old, self._upstream = self._upstream, upstream
-        self._known, self._heard_ms, self._speech_over = len(request.items), 0, None
+        self._known, self._heard_ms, self._speech_over = known, 0, None
         self._pump = asyncio.create_task(self._read(upstream), name="gateway:realtime-read")
-        if self._provider.max_session_s is not None:
+        if self.provider.max_session_s is not None:
             if self._rotation_timer is not None:
                 self._rotation_timer.cancel()
             self._rotation_timer = asyncio.get_running_loop().call_later(
-                self._provider.max_session_s, self._rotate_soon, "max_session_s"
+                self.provider.max_session_s, self._rotate_soon, "max_session_s"
             )
         if old is not None:
             self._later(old.aclose())
         log.info(
             "realtime_upstream_opened",
-            provider=self._provider.name,
+            provider=self.provider.name,
             seeded=0 if resume else len(request.items),
             resumed=resume is not None,
             replaced=old is not None,
@@ -324,12 +343,13 @@ class RealtimeVoice:
         async def rotate() -> None:
             try:
                 async with self._step_lock:
-                    async with asyncio.timeout(ROTATE_QUIET_WAIT_S):
-                        await self._user_quiet.wait()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(ROTATE_QUIET_WAIT_S):
+                            await self._user_quiet.wait()
                     log.info("realtime_upstream_rotating", reason=why)
                     self._opening = asyncio.create_task(self._open(), name="gateway:realtime-open")
                     await self._ready()
-            except (ProviderError, TimeoutError) as exc:
+            except ProviderError as exc:
                 log.warning("realtime_upstream_rotation_failed", reason=why, error=str(exc))
             finally:
                 self._rotating = False
@@ -366,12 +386,14 @@ class RealtimeVoice:
             case up.SpeechStopped(offset_ms=offset):
                 self._user_stopped(offset)
             case up.UserTranscript(text=text):
+                self._user_quiet.set()
                 if text.strip():
                     self._voiced.append(text.strip())
                 else:  # nothing said: the core starts no response, none takes the answer
                     self._unheard += 1
                 self._feed(Transcribed(text, final=True))
             case up.TurnStarted():
+                self._user_quiet.set()  # the model answers: whatever the user said is in
                 turn = self._receiving = _Turn()
                 upstream = self._upstream
                 if self._unheard and upstream is not None and upstream.answers_speech:
@@ -406,7 +428,7 @@ class RealtimeVoice:
             case up.Resumable(handle=handle):
                 self._resume_handle = handle
             case up.Committed():
-                self._user_quiet.set()
+                pass  # its transcript follows (UserTranscript): the turn is over then
 
     def _user_started(self, offset: int) -> None:
         """Speech over an answer playing is a barge-in once it lasts ``interrupt_min_ms`` of
@@ -419,8 +441,8 @@ class RealtimeVoice:
 
     def _user_stopped(self, offset: int) -> None:
         if self._speech_over is not None:  # too short to stop the answer
+            self._feed(SpeechStarted(self._speech_over))
             self._speech_over = None
-            self._feed(SpeechStarted(offset))
         self._feed(SpeechStopped(offset))
 
     def _check_interrupt(self, *, now: bool = False) -> None:
@@ -492,9 +514,9 @@ class RealtimeVoice:
 
     async def _step(self, request: ModelRequest, response_id: str) -> AsyncIterator[ModelEvent]:
         upstream = await self._ready()
-        sent = await self._sync(upstream, request)
+        spoken_only = await self._sync(upstream, request)
         # A spoken turn alone: an upstream that answers speech by itself is not asked.
-        turn = await self._next_turn(upstream, ask=sent or not upstream.answers_speech)
+        turn = await self._next_turn(upstream, ask=not (spoken_only and upstream.answers_speech))
         turn.response_id = response_id
         for pcm in turn.audio:
             self._send_audio(response_id, pcm)
@@ -541,14 +563,15 @@ class RealtimeVoice:
         return self._turns.popleft()
 
     async def _sync(self, upstream: up.Upstream, request: ModelRequest) -> bool:
-        """Give the upstream what the history has that it has not; whether anything was
-        sent (a spoken turn it has already is not)."""
-        sent = False
+        """Give the upstream what the history has that it has not; whether that was only
+        the user's spoken turn (which it has already)."""
+        sent, voiced = False, False
         for item in request.items[self._known :]:
             match item:
                 case UserTurn(text=text):
                     if self._voiced and self._voiced[0] == text.strip():
                         self._voiced.popleft()  # heard already
+                        voiced = True
                     else:
                         await upstream.send_user_text(text)
                         sent = True
@@ -567,7 +590,7 @@ class RealtimeVoice:
                     await upstream.send_context(text)
                     sent = True
         self._known = len(request.items)
-        return sent
+        return voiced and not sent
 
     async def aclose(self) -> None:
         if self._rotation_timer is not None:
@@ -590,7 +613,7 @@ class _StepModel:
     def __init__(self, link: RealtimeVoice, response_id: str) -> None:
         self._link = link
         self._response_id = response_id
-        self.name = link._provider.name
+        self.name = link.provider.name
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         return self._link.step(request, self._response_id)

@@ -19,7 +19,13 @@ from gateway.errors import ProviderError
 from gateway.providers.base import Capabilities
 from gateway.providers.realtime.upstream import Upstream
 
-__all__ = ["GEMINI_VOICES", "OPENAI_VOICES", "REALTIME_PROVIDERS", "RealtimeProvider"]
+__all__ = [
+    "GEMINI_VOICES",
+    "OPENAI_SESSION_S",
+    "OPENAI_VOICES",
+    "REALTIME_PROVIDERS",
+    "RealtimeProvider",
+]
 
 OPENAI_VOICES = (
     "alloy",
@@ -35,6 +41,8 @@ OPENAI_VOICES = (
 )
 GEMINI_VOICES = ("Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr")
 REALTIME_PROVIDERS = ("openai-realtime", "gemini-live")
+OPENAI_SESSION_S = 3300.0
+"""OpenAI ends a realtime session at 60 minutes: the conversation moves on at 55."""
 
 
 class RealtimeProvider:

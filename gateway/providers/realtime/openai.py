@@ -181,6 +181,10 @@ class OpenAIRealtimeUpstream:
                 return [Committed()]
             case "conversation.item.input_audio_transcription.completed":
                 return [UserTranscript(event.get("transcript") or "")]
+            case "conversation.item.input_audio_transcription.failed":
+                error = event.get("error") or {}
+                log.warning("realtime_transcription_failed", message=error.get("message"))
+                return [UserTranscript("")]  # not heard: no answer, as for silence
             case "response.created":
                 self._responding = True
                 return [TurnStarted()]
