@@ -126,6 +126,8 @@ class GeminiLiveUpstream:
         # What respond() sends: the user's texts and context notes since the last one.
         self._buffered: list[JSON] = []
         self._calls_answered = False
+        self._issued: set[str] = set()
+        """The calls this session asked for (their outputs go as ``toolResponse``)."""
         self._cancelled: set[str] = set()
         self._audio_bytes_sent = 0
         # The state of the model's turn, for the events Gemini leaves implicit.
@@ -312,6 +314,7 @@ class GeminiLiveUpstream:
             args = call.get("args")
             if args is None:
                 args = {}
+            self._issued.add(call_id)
             if isinstance(args, dict):
                 events.append(CallRequested(call_id, name, args))
             else:
@@ -386,6 +389,12 @@ class GeminiLiveUpstream:
             # Gemini withdrew the call (toolCallCancellation): an output would be a new input.
             log.info("gemini_output_of_cancelled_call_dropped", call_id=call_id, name=name)
             self._socket_alive()
+            return
+        if call_id not in self._issued:
+            # A call of an earlier session, given as history (its call as a note, open):
+            # this one never asked for it, so its outcome goes as context, with a turn.
+            self._socket_alive()
+            self._buffer({"text": completion_note(name, output=output)})
             return
         response = output if isinstance(output, dict) else {"output": output}
         reply = {"id": call_id, "name": name, "response": response}
