@@ -165,8 +165,8 @@ class RealtimeVoice:
         self._rotation_timer: asyncio.TimerHandle | None = None
         self._rotating = False
         self._step_lock = asyncio.Lock()
-        """Held by a step from its start to its response's end: a session is replaced
-        between responses only."""
+        """Held by a model step from its start to its end: a session is replaced between
+        steps only (a call may be open then: its output goes to the new session)."""
         self._user_quiet = asyncio.Event()
         """The user is not in the middle of a turn (it would be lost with the session)."""
         self._user_quiet.set()
@@ -421,6 +421,7 @@ class RealtimeVoice:
                     failed = up.TurnDone("failed", error=f"the model's session closed: {reason}")
                     self._receiving.events.put_nowait(failed)
                     self._receiving = None
+                self._turn_begun.set()  # a step waiting for an answer fails now
                 self._user_quiet.set()
             case up.GoingAway(time_left_s=left):
                 log.info("realtime_upstream_going_away", time_left_s=left)
@@ -558,6 +559,8 @@ class RealtimeVoice:
                     while not self._turns:
                         await self._turn_begun.wait()
                         self._turn_begun.clear()
+                        if self._upstream is not upstream:
+                            raise ProviderError("the model's session closed before it answered")
             except TimeoutError as exc:
                 raise ProviderError("the model did not begin its response") from exc
         return self._turns.popleft()
