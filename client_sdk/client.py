@@ -53,9 +53,10 @@ from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
 from client_sdk.confirm import ConfirmHandler, ask, refused_edit
-from client_sdk.connection import open_socket, resume_url, text_frame
+from client_sdk.connection import open_socket, resume_url
 from client_sdk.events import AudioStream, EventStream
 from client_sdk.exceptions import ClientError, ResumeGap, ServerError, SessionClosed
+from client_sdk.framing import Protocol, audio_frame, message_frame, read_frame
 from client_sdk.functions import ClientFunction, answer, make_function
 from client_sdk.resume import (
     ATTEMPT_TIMEOUT,
@@ -70,7 +71,7 @@ from client_sdk.resume import (
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from client_sdk.widgets import WidgetHandler, ask_user
-from gateway.wire.audio_frame import decode_answer_audio
+from gateway.wire.audio_frame import AnswerAudio
 from gateway.wire.v1 import (
     Ack,
     AgentTransferred,
@@ -101,7 +102,6 @@ from gateway.wire.v1 import (
     ToolRun,
     ToolStatus,
     UserMessage,
-    decode_server,
 )
 
 __all__ = ["Conversation", "TokenSource", "ToolMode", "connect"]
@@ -172,6 +172,9 @@ class Conversation:
             the answers spoken back (``audio``); an ``AudioRequest`` or its fields as a
             dict (``{"input_rate": 16000, "turn_detection": "server_vad"}``), ``{}`` for
             the defaults.
+        protocol: ``"json"`` (v1's text frames) or ``"msgpack"``: v1 as binary MessagePack
+            frames (``gateway.v1.msgpack``), smaller on metered links, audio as raw bytes;
+            a gateway that does not speak it is spoken to in JSON.
     """
 
     def __init__(
@@ -194,8 +197,10 @@ class Conversation:
         time_zone: str | None = None,
         segments: bool | None = None,
         audio: AudioRequest | dict[str, Any] | None = None,
+        protocol: Protocol = "json",
     ) -> None:
         self._url = url
+        self._protocol: Protocol = protocol
         self._token = token
         self._api_key = api_key
         self._start_msg = SessionStart(
@@ -275,9 +280,10 @@ class Conversation:
         Pending ``say()`` and ``events()`` iterators raise ``SessionClosed`` (1000); every
         task the conversation started (client functions included) is cancelled. Closing
         while no socket is attached (a resume in progress, or a wait between attempts)
-        drops the attempt, then ends the session with a short-lived socket (resumed, then
-        closed normally) within 5 s; if the gateway cannot be reached, it ends the session
-        when its resume window (``session_ttl``) runs out.
+        drops the attempt, then ends the session with ``DELETE /v1/sessions/{id}`` (the
+        resume token as its credential), and returns within 1 s whatever the network does:
+        a request not answered within 0.8 s (``resume.END_TIMEOUT``) is abandoned, and the
+        gateway then ends the session when its resume window (``session_ttl``) runs out.
         """
         alive = self._end is None
         self._closing = True
@@ -287,7 +293,7 @@ class Conversation:
         if self._ws is not None and self._ws.state is State.OPEN:
             await self._ws.close()
         elif alive and self.session is not None:
-            await self._reconnector.end(self.session, self.last_seq)
+            await self._reconnector.end(self.session, self._url)
 
     def retry_now(self) -> bool:
         """Try to reach the gateway now, instead of at the end of the wait between two
@@ -598,7 +604,7 @@ class Conversation:
             raise self._end
         if self._ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
-                await self._ws.send(pcm)
+                await self._ws.send(audio_frame(self._ws, pcm))
 
     async def commit_audio(self) -> None:
         """End the user's turn now (``manual`` turn detection). Not resent after a drop."""
@@ -660,7 +666,7 @@ class Conversation:
             raise self._end
         if self._ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
-                await self._ws.send(text_frame(msg))
+                await self._ws.send(message_frame(self._ws, msg))
 
     async def _read_loop(self) -> None:
         while True:
@@ -685,22 +691,12 @@ class Conversation:
                     return
                 await self._after_resume(outcome)
                 continue
-            if isinstance(frame, bytes):
-                self._on_audio(frame)
-                continue
-            try:
-                event = decode_server(frame)
-            except msgspec.ValidationError:
-                continue  # an event type newer than this SDK
-            self._on_event(event)
-
-    def _on_audio(self, frame: bytes) -> None:
-        try:
-            audio = decode_answer_audio(frame)
-        except ValueError:
-            return  # a binary frame of a kind newer than this SDK
-        for stream in self._listeners:
-            stream.put(audio)
+            item = read_frame(self._ws, frame)
+            if isinstance(item, AnswerAudio):
+                for stream in self._listeners:
+                    stream.put(item)
+            elif item is not None:  # else a kind of frame newer than this SDK
+                self._on_event(item)
 
     async def _start_again(self) -> bool:
         """After a drop before ``session.created``: a new socket (with backoff), and
@@ -859,4 +855,6 @@ class Conversation:
             except Exception as exc:  # the app's fetch failed: like an unreachable gateway
                 raise ConnectionError(f"could not get a client token: {exc}") from exc
         url = self._url if session_id is None else resume_url(self._url, session_id)
-        return await open_socket(url, token=token, api_key=self._api_key)
+        return await open_socket(
+            url, token=token, api_key=self._api_key, msgpack=self._protocol == "msgpack"
+        )

@@ -18,6 +18,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.typing import Subprotocol
 
+from gateway.wire.msgpack import SUBPROTOCOL_MSGPACK
 from gateway.wire.v1 import (
     SUBPROTOCOL,
     TOKEN_SUBPROTOCOL_PREFIX,
@@ -145,14 +146,22 @@ class Connection:
 
 
 async def open_socket(
-    url: str, *, token: str | None = None, api_key: str | None = None, **kwargs: Any
+    url: str,
+    *,
+    token: str | None = None,
+    api_key: str | None = None,
+    msgpack: bool = False,
+    **kwargs: Any,
 ) -> ClientConnection:
-    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets).
+    """Open a socket with the ``gateway.v1`` subprotocol (extra kwargs go to websockets);
+    with ``msgpack``, ``gateway.v1.msgpack`` is offered first.
 
     ``token`` is offered as the ``gateway.token.<token>`` subprotocol (out of URLs and
     access logs); ``api_key`` is sent as ``Authorization: Bearer`` (server to server).
     """
-    protocols = [SUBPROTOCOL] if token is None else [SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX + token]
+    protocols = [SUBPROTOCOL_MSGPACK, SUBPROTOCOL] if msgpack else [SUBPROTOCOL]
+    if token is not None:
+        protocols.append(TOKEN_SUBPROTOCOL_PREFIX + token)
     kwargs.setdefault("subprotocols", [Subprotocol(p) for p in protocols])
     if api_key is not None:
         kwargs.setdefault("additional_headers", {"Authorization": f"Bearer {api_key}"})

@@ -5,8 +5,9 @@ between two sockets. ``Reconnector.run`` opens sockets with backoff and jitter u
 gateway answers a ``session.resume`` (or says the session is gone); ``Reconnector.dial``
 opens one for a session not started yet (the first connect, or a drop before
 ``session.created``); either gives up after ``give_up_after`` seconds of failed attempts;
-``Reconnector.end`` ends a session that has no socket (``close()`` mid-reconnect). A
-socket that resumes a session (``run``, ``end``) is opened with its id, which the caller puts
+``Reconnector.end`` ends a session that has no socket (``close()`` mid-reconnect) with
+``DELETE /v1/sessions/{id}``. A socket that resumes a session (``run``) is opened with its
+id, which the caller puts
 in the URL (``?session=``, for load balancers that route by session: see
 ``connection.resume_url``); one for a new session without.
 ``Outbox`` keeps what the client sent that the gateway has not confirmed, to be sent again
@@ -24,13 +25,17 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
+import httpx
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
 from client_sdk.exceptions import SessionClosed
+from client_sdk.framing import message_frame, read_frame
 from gateway.errors import CloseCode
+from gateway.wire.audio_frame import AnswerAudio
 from gateway.wire.v1 import (
     ClientMsg,
     Error,
@@ -49,8 +54,6 @@ from gateway.wire.v1 import (
     ToolRun,
     ToolStatus,
     UserMessage,
-    decode_server,
-    encode,
 )
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "Resumed",
     "closed_with",
     "drop",
+    "session_url",
 ]
 
 ATTEMPT_TIMEOUT = 10.0
@@ -75,8 +79,9 @@ GIVE_UP_AFTER = 120.0
 """Seconds of failed attempts in a row after which the SDK gives up (default of the
 ``give_up_after`` option): the gateway's default ``session_ttl``, after which a resume
 cannot succeed anyway."""
-END_TIMEOUT = 5.0
-"""Seconds ``close()`` spends ending a session that has no socket (``Reconnector.end``)."""
+END_TIMEOUT = 0.8
+"""Seconds ``close()`` spends ending a session that has no socket (``Reconnector.end``):
+``close()`` returns within a second whatever the network does."""
 MAX_RESULTS_PER_MESSAGE = 128
 """Results resent after a resume go in ``tool.results`` messages of at most this many (the
 protocol's limit per message)."""
@@ -322,17 +327,31 @@ class Reconnector:
         """
         return await self._retry(lambda: self._open(first=first))
 
-    async def end(self, session: SessionCreated, last_seq: int) -> None:
-        """End ``session``, which has no socket, with a short-lived one: resume it, then
-        close with 1000 (the gateway ends a session whose client closes normally). Within
-        ``END_TIMEOUT``; on any failure the gateway ends it after its ``session_ttl``."""
-        websocket: ClientConnection | None = None
+    async def end(self, session: SessionCreated, url: str) -> bool:
+        """End ``session``, which has no socket, with ``DELETE /v1/sessions/{id}`` to the
+        gateway of ``url`` (its resume token as the credential), within ``END_TIMEOUT``.
+
+        A socket would need an upgrade and a resume before its close, on a network slow
+        enough to have held the resume: one HTTP request is all it takes. Should it not be
+        answered in time, it is abandoned, and the gateway ends the session after its
+        ``session_ttl``.
+
+        Returns:
+            ``True`` when the gateway said the session is over (204; 404: it has no such
+            session, or not for this token); ``False`` when it did not answer in time, or
+            answered otherwise.
+        """
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(min(END_TIMEOUT, self.attempt_timeout)):
-                websocket = await self._open_socket(session.session_id)
-                await _handshake(websocket, _resume_of(session, last_seq))
-                await websocket.close()
-        drop(websocket)  # closed already, unless it failed on the way
+            async with (
+                asyncio.timeout(END_TIMEOUT),
+                httpx.AsyncClient(timeout=END_TIMEOUT) as client,
+            ):
+                response = await client.delete(
+                    session_url(url, session.session_id),
+                    headers={"Authorization": f"Bearer {session.resume_token}"},
+                )
+                return response.status_code in (204, 404)
+        return False
 
     async def _retry(
         self, attempt: Callable[[], Awaitable[T | SessionClosed | Retry]]
@@ -404,6 +423,17 @@ class Reconnector:
         return resumed
 
 
+def session_url(url: str, session_id: str) -> str:
+    """The HTTP URL of the session ``session_id`` on the gateway whose realtime socket is at
+    ``url``: ``wss://host/prefix/v1/realtime?...`` gives ``https://host/prefix/v1/sessions/<id>``
+    (the query, which may hold a token, is left out: the resume token goes in a header)."""
+    parts = urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    base = parts.path.rsplit("/", 1)[0]  # what holds "realtime": "/v1" by default
+    path = f"{base}/sessions/{quote(session_id, safe='')}"
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
 def _resume_of(session: SessionCreated, last_seq: int) -> SessionResume:
     return SessionResume(
         session_id=session.session_id, resume_token=session.resume_token, last_seq=last_seq
@@ -412,11 +442,23 @@ def _resume_of(session: SessionCreated, last_seq: int) -> SessionResume:
 
 async def _handshake(websocket: ClientConnection, resume: SessionResume) -> Resumed:
     """Send ``session.resume``; return the answer (and the snapshot after a gap)."""
-    await websocket.send(encode(resume).decode())
-    answer = decode_server(await websocket.recv())
+    await websocket.send(message_frame(websocket, resume))
+    answer = await _answer(websocket)
     if isinstance(answer, Error) and answer.code == "resume_gap":
-        return Resumed(websocket, answer, decode_server(await websocket.recv()))
+        return Resumed(websocket, answer, await _answer(websocket))
     return Resumed(websocket, answer)
+
+
+async def _answer(websocket: ClientConnection) -> Outbound:
+    """The gateway's next event (its framing's), skipping audio; an event this SDK cannot
+    read is refused as a JSON event would be."""
+    while True:
+        frame = await websocket.recv()
+        event = read_frame(websocket, frame)
+        if event is None:
+            raise msgspec.ValidationError(f"an event this SDK cannot read: {frame[:64]!r}")
+        if not isinstance(event, AnswerAudio):
+            return event
 
 
 def drop(websocket: ClientConnection | None) -> None:

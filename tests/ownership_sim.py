@@ -128,6 +128,7 @@ from gateway.store import Lease, LeaseLost, MemoryStore, SessionRecord
 from gateway.tools.python import PythonTools, ServerTool, tool
 from gateway.tools.toolbox import Toolbox
 from gateway.wire.v1 import (
+    SUBPROTOCOL,
     Ack,
     ClientMsg,
     Error,
@@ -1227,7 +1228,7 @@ class SimClient:
         self.sim.count("sockets")
         socket = self.socket = SimSocket(self, node.name, self.sim.stats["sockets"])
         websocket = cast(WebSocket, socket)  # the members _serve uses (see SimSocket)
-        work = _serve(node.runtime, websocket, ANONYMOUS)
+        work = _serve(node.runtime, websocket, ANONYMOUS, SUBPROTOCOL)
         self.sim.spawn(work, f"sim:socket:{socket.label}", node.name)
         return socket
 

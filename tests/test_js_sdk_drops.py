@@ -216,7 +216,7 @@ async def test_close_between_attempts_ends_the_session_at_once(impl: str) -> Non
         await ended(gateway)
     assert result["error"] is None
     assert result["answers"] == ["before"]
-    assert result["dials"] == 3  # the first socket, the reset resume, the one that ended it
+    assert result["dials"] == 2  # the first socket, the reset resume (DELETE ended it)
 
 
 async def test_random_drops_change_no_transcript(impl: str) -> None:

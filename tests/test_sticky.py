@@ -120,16 +120,16 @@ async def test_every_socket_resuming_a_session_names_it_and_the_gateway_serves_i
         assert await say(conv, "echo before") == "before"
         await resume_after_cut(conv)  # the gateway reads the token beside ``session``
         assert await say(conv, "echo after") == "after"
-        # close() while a resume waits for its upgrade: the socket that ends the session
-        # resumes it too.
+        # close() while a resume waits for its upgrade: it ends the session with an HTTP
+        # DELETE, no socket (docs/mobile.md).
         proxy.upgrades = ["hold"]
         cut(conv)
         await proxy.wait_until(lambda: proxy.held == 1)
     async with asyncio.timeout(5):
-        await gateway.runtime.idle.wait()  # the short-lived socket ended the session
+        await gateway.runtime.idle.wait()  # the DELETE ended the session
     assert await gateway.runtime.store.ended(session.session_id)
     resuming = f"{start_url}&session={session.session_id}"
-    assert dialed == [start_url, resuming, resuming, resuming]
+    assert dialed == [start_url, resuming, resuming]
     assert conv.reconnects == 1
 
 

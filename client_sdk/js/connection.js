@@ -7,7 +7,7 @@
  */
 
 import { describe } from "./errors.js";
-import { SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX, parseEvent, resumeOf } from "./protocol.js";
+import { SUBPROTOCOL, TOKEN_SUBPROTOCOL_PREFIX } from "./protocol.js";
 
 /**
  * @typedef {"idle" | "connecting" | "open" | "reconnecting" | "closed"} ConnectionState
@@ -85,6 +85,11 @@ export class Dialer {
     this._closed = new WeakMap();
     /** @type {WeakSet<object>} sockets given up on: their events are ignored */
     this._dropped = new WeakSet();
+  }
+
+  /** The gateway's URL of `/v1/realtime`. */
+  get url() {
+    return this._url;
   }
 
   /**
@@ -188,56 +193,50 @@ export function sendBinary(ws, data) {
 }
 
 /**
- * End a session that has no socket (close() between reconnect attempts, or during one): a
- * short-lived socket sends session.resume and, once the gateway answered (session.resumed,
- * or resume_gap then session.snapshot), closes with 1000, which ends the session at once.
- * Within `within` ms; any failure is ignored (the gateway then ends the session after its
- * session_ttl). Nothing of it reaches the listeners.
- * @param {Dialer} dialer
- * @param {string | (() => string | Promise<string>) | undefined} tokenOption The client's `token`.
- * @param {import("./protocol.js").SessionCreated} session
- * @param {number} lastSeq
- * @param {number} within ms
+ * The HTTP URL of a session on the gateway whose `/v1/realtime` is at `url` (mirrors Python's
+ * `session_url`): `wss://host/prefix/v1/realtime?...` gives `https://host/prefix/v1/sessions/<id>`;
+ * the query (it may hold a token) is left out, the resume token goes in a header.
+ * @param {string} url
+ * @param {string} sessionId
  */
-export async function endSession(dialer, tokenOption, session, lastSeq, within) {
-  /** @type {any} */
-  let ws = null;
-  let answered = false;
-  let late = false;
-  const ending = (async () => {
-    const token = typeof tokenOption === "function" ? await tokenOption() : tokenOption;
-    if (late) return;
-    await new Promise((resolve) => {
-      let gap = false;
-      ws = dialer.dial(
-        {
-          open: (/** @type {any} */ sock) => {
-            try {
-              sock.send(JSON.stringify(resumeOf(session, lastSeq)));
-            } catch {
-              // the close event follows
-            }
-          },
-          frame: (/** @type {any} */ sock, /** @type {any} */ data) => {
-            const event = parseEvent(data);
-            if (!event || answered) return;
-            if (!gap && event.type === "error" && event.code === "resume_gap") {
-              gap = true; // session.snapshot follows
-              return;
-            }
-            answered = true;
-            safeClose(sock, 1000, ""); // the gateway ends the session
-          },
-          close: () => resolve(undefined),
-        },
-        token,
-        session.session_id,
-      );
+export function sessionUrl(url, sessionId) {
+  const parsed = new URL(String(url), globalThis.location?.href);
+  if (parsed.protocol === "ws:") parsed.protocol = "http:";
+  else if (parsed.protocol === "wss:") parsed.protocol = "https:";
+  parsed.pathname = `${parsed.pathname.replace(/\/[^/]*$/u, "")}/sessions/${encodeURIComponent(sessionId)}`;
+  parsed.search = "";
+  parsed.hash = "";
+  return parsed.href;
+}
+
+/**
+ * End a session that has no socket (close() between reconnect attempts, or during one) with
+ * `DELETE /v1/sessions/{id}`, the resume token as its credential: one request, where a socket
+ * would need an upgrade and a resume on a network slow enough to have held the last one.
+ * Abandoned after `within` ms (the gateway then ends the session after its session_ttl); any
+ * failure is ignored. Nothing of it reaches the listeners.
+ * @param {Dialer} dialer
+ * @param {import("./protocol.js").SessionCreated} session
+ * @param {number} within ms
+ * @returns {Promise<boolean>} whether the gateway said the session is over (204, or 404: no
+ *   such session for this token).
+ */
+export async function endSession(dialer, session, within) {
+  if (typeof fetch !== "function") return false;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), within);
+  try {
+    const response = await fetch(sessionUrl(dialer.url, session.session_id), {
+      method: "DELETE",
+      headers: { Authorization: `Bearer ${session.resume_token}` },
+      signal: abort.signal,
     });
-  })();
-  await waitAtMost(ending.catch(() => {}), within);
-  late = true;
-  if (!answered) dialer.drop(ws, 4000, ""); // never 1000 before the answer
+    return response.status === 204 || response.status === 404;
+  } catch {
+    return false; // not reachable, or abandoned
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Wait for `promise`, `ms` at most. */

@@ -15,6 +15,7 @@ import {
   connect,
   resumeUrl,
 } from "./gateway-client.js";
+import { sessionUrl } from "./connection.js";
 
 const URL = "ws://gw.test/v1/realtime";
 
@@ -1874,52 +1875,54 @@ test("an attempt whose upgrade is answered starts the give-up count anew", async
   await assert.rejects(conv.events().next(), (err) => err instanceof SessionClosed && err.reason === "could not reach the gateway for 0.1 s");
 });
 
-test("close() between attempts ends the session with a short-lived socket: session.resume, then 1000", async (t) => {
+/**
+ * Stand in for fetch (the DELETE that ends a session without a socket): record each request;
+ * `answer` gives its status, or "hang" (no answer until the client aborts it).
+ */
+function fakeFetch(t, answer = () => 204) {
+  const requests = [];
+  t.mock.method(globalThis, "fetch", (url, init) => {
+    requests.push({ url, method: init.method, headers: init.headers });
+    const status = answer();
+    if (status !== "hang") return Promise.resolve({ status });
+    return new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(init.signal.reason)));
+  });
+  return requests;
+}
+
+test("close() between attempts ends the session with DELETE /v1/sessions/{id}, its resume token as credential", async (t) => {
+  const requests = fakeFetch(t);
   const { gw, conv, sock } = await started({ maxReconnectDelay: 10_000 });
   t.mock.method(Math, "random", () => 0.999);
   const seen = [];
   conv.on("*", (e) => seen.push(e.type));
-  conv.on("session.resumed", (e) => seen.push(e.type));
   const states = [];
   conv.on("connection", (e) => states.push(e.state));
   gw.refuse = 1;
   sock.drop(1006);
   await gw.until(() => gw.attempts.length === 2); // refused: the loop waits ~50 ms
   await flush();
-  const closing = conv.close();
-  const end = await gw.socket(1);
-  assert.deepEqual(await end.next("session.resume"), {
-    type: "session.resume",
-    session_id: "sess_1",
-    resume_token: "tok_1",
-    last_seq: 1,
-  });
-  await flush();
-  assert.equal(end.closedByClient, null); // not before the answer
-  end.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 }, pong(2));
-  assert.deepEqual(end.closedByClient, { code: 1000, reason: "" }); // the gateway ends the session
-  await closing;
+  await conv.close();
+  assert.deepEqual(requests, [
+    { url: "http://gw.test/v1/sessions/sess_1", method: "DELETE", headers: { Authorization: "Bearer tok_1" } },
+  ]);
   assert.deepEqual(seen, []); // nothing of it reached the listeners
   assert.deepEqual(states, ["reconnecting", "closed"]);
-  assert.equal(gw.attempts.length, 3);
+  assert.equal(gw.attempts.length, 2); // no socket to end it
   assert.equal(conv.reconnects, 0);
 });
 
-test("close() during a resume attempt drops it with 4000, then ends the session; after resume_gap it waits for the snapshot", async () => {
+test("close() during a resume attempt drops it with 4000, then ends the session with the DELETE", async (t) => {
+  const requests = fakeFetch(t);
   const { gw, conv, sock } = await started();
   gw.plan = ["hang"];
   sock.drop(1006);
   await gw.until(() => gw.attempts.length === 2);
   const closing = conv.close();
   assert.equal(gw.attempts[1].closedByClient.code, 4000);
-  const end = await gw.socket(1);
-  await end.next("session.resume");
-  end.push({ type: "error", code: "resume_gap", message: "events after seq 1 are gone; rebuild from the snapshot" });
-  await flush();
-  assert.equal(end.closedByClient, null);
-  end.push({ type: "session.snapshot", session_id: "sess_1", last_seq: 3 });
-  assert.deepEqual(end.closedByClient, { code: 1000, reason: "" });
   await closing;
+  assert.equal(requests.length, 1);
+  assert.equal(gw.attempts.length, 2);
 
   // an attempt that opened and waits for its answer is dropped the same way
   const two = await started();
@@ -1928,11 +1931,14 @@ test("close() during a resume attempt drops it with 4000, then ends the session;
   await resuming.next("session.resume");
   const closing2 = two.conv.close();
   assert.equal(resuming.closedByClient.code, 4000);
-  const end2 = await two.gw.socket(2);
-  await end2.next("session.resume");
-  end2.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
-  assert.equal(end2.closedByClient.code, 1000);
   await closing2;
+  assert.equal(requests.length, 2);
+  assert.equal(two.gw.attempts.length, 2);
+});
+
+test("sessionUrl: the session's HTTP URL next to the socket's, without its query", () => {
+  assert.equal(sessionUrl(`${URL}?token=t&session=s`, "sess_1"), "http://gw.test/v1/sessions/sess_1");
+  assert.equal(sessionUrl("wss://h.test:8443/gw/v1/realtime#x", "a/b c"), "https://h.test:8443/gw/v1/sessions/a%2Fb%20c");
 });
 
 test("resumeUrl adds session= to the query, keeps the rest as written, never repeats it", () => {
@@ -1945,6 +1951,7 @@ test("resumeUrl adds session= to the query, keeps the rest as written, never rep
 });
 
 test("every socket that resumes names the session in its URL; those that start one do not", async (t) => {
+  const requests = fakeFetch(t);
   const url = `${URL}?token=t1&session=stale`;
   const gw = new FakeGateway();
   const conv = new GatewayClient(url, { WebSocketImpl: gw.WebSocket, maxReconnectDelay: 10_000 });
@@ -1957,21 +1964,21 @@ test("every socket that resumes names the session in its URL; those that start o
   restart.push(created(1));
   await starting;
   const resumed = await dropAndResume(gw, restart, 2);
-  // close() between attempts: the short-lived socket that ends the session resumes it too
+  // close() between attempts: the DELETE that ends the session names it in its path
   t.mock.method(Math, "random", () => 0.999);
   gw.refuse = 1;
   resumed.drop(1006);
   await gw.until(() => gw.attempts.length === 4); // refused: the loop waits ~50 ms
   await flush();
-  const closing = conv.close();
-  const end = await gw.socket(3);
-  await end.next("session.resume");
-  end.push({ type: "session.resumed", session_id: "sess_1", replayed_from: 2, last_seq: 1 });
-  await closing;
+  await conv.close();
   const resuming = `${URL}?token=t1&session=sess_1`;
   assert.deepEqual(
     gw.attempts.map((s) => s.url),
-    [url, url, resuming, resuming, resuming],
+    [url, url, resuming, resuming],
+  );
+  assert.deepEqual(
+    requests.map((r) => r.url),
+    ["http://gw.test/v1/sessions/sess_1"],
   );
 
   // resume(): attaching to a saved session is a resume like any other
@@ -1986,19 +1993,18 @@ test("every socket that resumes names the session in its URL; those that start o
   await later.close();
 });
 
-test("close() ending a session without a socket gives up after about a second, never closing with 1000", async () => {
+test("close() ending a session without a socket returns within a second whatever the network does", async (t) => {
+  const requests = fakeFetch(t, () => "hang");
   const { gw, conv, sock } = await started({ maxReconnectDelay: 10_000 });
   gw.plan = ["hang"];
   sock.drop(1006);
   await gw.until(() => gw.attempts.length === 2);
   const began = performance.now();
-  const closing = conv.close();
-  const end = await gw.socket(1);
-  await end.next("session.resume"); // and no answer
-  await closing;
+  await conv.close();
   const took = performance.now() - began;
-  assert.ok(took >= 900 && took < 2000, `close() took ${took} ms`);
-  assert.equal(end.closedByClient.code, 4000);
+  assert.ok(took >= 700 && took < 1000, `close() took ${took} ms`);
+  assert.equal(requests.length, 1); // sent, and abandoned
+  assert.equal(gw.attempts[1].closedByClient.code, 4000); // never 1000
 });
 
 // ----------------------------------------------------------------------- the end

@@ -5,8 +5,8 @@
  * `session.resume` (or says the session is gone), or, for a session not started yet (the first
  * connect, a drop before `session.created`), until a socket opens and `session.start` is
  * answered; it gives up after `giveUpAfter` of failed attempts in a row. `close()` ends the
- * session, also without a socket (mid-reconnect: connection.js's `endSession`). A socket that
- * resumes a session is dialed with its id in the URL (`resumeUrl`, for load balancers that
+ * session, also without a socket (mid-reconnect: an HTTP DELETE, connection.js's `endSession`).
+ * A socket that resumes a session is dialed with its id in the URL (`resumeUrl`, for load balancers that
  * route by session). What goes again on the new socket is the outbox's (outbox.js); what the
  * events mean is the client's (client.js).
  * @module resume
@@ -47,8 +47,11 @@ const FIRST_RECONNECT_DELAY_MS = 50;
 export const ATTEMPT_TIMEOUT_MS = 10_000;
 /** Default of `giveUpAfter`: the gateway's default `session_ttl`, after which no resume succeeds. */
 export const GIVE_UP_AFTER_MS = 120_000;
-/** The longest close() waits: for a socket's close, or to end a session that has no socket. */
+/** The longest close() waits for a socket's close. */
 const CLOSE_WAIT_MS = 1_000;
+/** The longest close() waits to end a session that has no socket (`endSession`): it returns
+ * within a second whatever the network does. */
+const END_WAIT_MS = 800;
 
 /** The session's socket, and getting it a new one. */
 export class Reconnector {
@@ -165,15 +168,20 @@ export class Reconnector {
 
   /**
    * close(): the attached socket closes with 1000, which ends the session on the gateway; with
-   * none, a short-lived one ends it (`endSession`; no `session`: nothing to end). Settled once
-   * the sockets report their close, `CLOSE_WAIT_MS` at most.
+   * none, `DELETE /v1/sessions/{id}` ends it (`endSession`; no `session`: nothing to end).
+   * Settled once the attached socket reports its close (`CLOSE_WAIT_MS` at most), or, with
+   * none, once the request is answered and the dropped attempt's socket closed (`END_WAIT_MS`
+   * at most).
    * @param {{ws: any, attempt: any}} sockets What `sockets()` said before the conversation ended.
    * @param {SessionCreated | null} session
    */
   async close({ ws, attempt }, session) {
     if (ws) safeClose(ws, 1000, "");
-    const waits = [ws, attempt].filter(Boolean).map((sock) => waitAtMost(this._dialer.closed(sock), CLOSE_WAIT_MS));
-    if (!ws && session) waits.push(endSession(this._dialer, this._token, session, this._host.lastSeq(), CLOSE_WAIT_MS));
+    const waits = [];
+    if (ws) waits.push(waitAtMost(this._dialer.closed(ws), CLOSE_WAIT_MS));
+    // A dropped attempt's close is awaited no longer than the DELETE: close() within a second.
+    if (attempt) waits.push(waitAtMost(this._dialer.closed(attempt), END_WAIT_MS));
+    if (!ws && session) waits.push(endSession(this._dialer, session, END_WAIT_MS));
     await Promise.all(waits);
   }
 
@@ -444,7 +452,7 @@ export class Reconnector {
       this._pending = {
         ws,
         stop: () => {
-          this._dialer.drop(ws, 4000, "the client is closing"); // not 1000 before the answer: see endSession
+          this._dialer.drop(ws, 4000, "the client is closing"); // not 1000: never the session's socket
           settle("stop");
         },
       };

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -28,9 +30,24 @@ from gateway.tools.python import PythonTools, ServerTool
 from gateway.tools.system import SystemTools, TransferTarget
 from gateway.tools.toolbox import Toolbox
 
-__all__ = ["DEMO_AGENT", "Agent", "load_agent", "load_crew"]
+__all__ = ["DEMO_AGENT", "Agent", "Webhook", "load_agent", "load_crew"]
 
 DEMO_AGENT = Path(__file__).parents[1] / "demo" / "agent.toml"
+
+
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Hosts a webhook may reach over plain ``http://`` (a receiver on the same machine, as in
+tests and local development); any other host needs ``https://``: the notices are signed,
+not encrypted."""
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """Where the agent's push notices go (``notify_url``) and the key that signs them."""
+
+    url: str
+    secret: bytes = field(repr=False)
+    """The HMAC-SHA256 key, from the environment variable ``notify_secret_env`` names."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +70,9 @@ class Agent:
     """The agent file it was loaded from (``None``: built in code)."""
     transfers: dict[str, Path] = field(default_factory=dict)
     """The agents ``transfer_to_agent`` may hand a session to: name -> agent file."""
+    notify: Webhook | None = None
+    """Where to POST a notice when an event wants the user while no socket is attached
+    (docs/mobile.md); ``None``: no notices."""
 
     @property
     def tools(self) -> ToolRegistry:
@@ -168,6 +188,7 @@ def load_agent(
             confirm_mcp_writes=spec.confirm_mcp_writes,
         )
         rules = _confirm_rules(spec, toolbox, path.parent)
+        notify = _webhook(spec)
         provider = create_provider(settings, base_dir=path.parent, pace=pace)
         _check_model_takes_tools(provider, toolbox.registry)
     except ConfigError as exc:
@@ -182,6 +203,7 @@ def load_agent(
         suggestions=tuple(spec.suggestions),
         source=path.resolve(),
         transfers={target.name: file for target, file in transfers},
+        notify=notify,
     )
 
 
@@ -268,6 +290,31 @@ def _remote_backends(
 def _load_other(path: Path, chain: tuple[Path, ...]) -> Agent:
     """An agent another agent names as a tool (``[[agent_tools]]``)."""
     return load_agent(path, chain=chain)
+
+
+def _webhook(spec: AgentFile) -> Webhook | None:
+    """The file's ``notify_url`` with its secret, checked: a notice must not leave the
+    machine unencrypted, nor go unsigned."""
+    if spec.notify_url is None:
+        if spec.notify_secret_env is not None:
+            raise ConfigError("notify_secret_env: set without notify_url")
+        return None
+    url = urlsplit(spec.notify_url)
+    if url.scheme not in ("https", "http") or not url.hostname:
+        raise ConfigError(f"notify_url {spec.notify_url!r}: expected an https:// URL")
+    if url.scheme == "http" and url.hostname not in _LOCAL_HOSTS:
+        raise ConfigError(
+            f"notify_url {spec.notify_url!r}: http:// only to localhost; use https://"
+        )
+    if not spec.notify_secret_env:
+        raise ConfigError("notify_url: notify_secret_env must name the secret's variable")
+    secret = os.environ.get(spec.notify_secret_env, "")
+    if not secret:
+        raise ConfigError(
+            f"notify_secret_env: the environment variable {spec.notify_secret_env} "
+            "is not set (or empty)"
+        )
+    return Webhook(spec.notify_url, secret.encode())
 
 
 def _check_model_takes_tools(provider: Provider, tools: ToolRegistry) -> None:

@@ -93,3 +93,10 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """The agents ``transfer_to_agent`` may hand the conversation to."""
     suggestions: Annotated[list[_Prompt], msgspec.Meta(max_length=12)] = []
     """Example prompts a chat page offers (the web demo's suggestion chips)."""
+    notify_url: str | None = None
+    """A webhook the gateway POSTs a signed notice to when an event wants the user's
+    attention while no socket is attached (docs/mobile.md): ``https://``, or ``http://``
+    to localhost only."""
+    notify_secret_env: str | None = None
+    """The environment variable holding the notices' HMAC secret (required with
+    ``notify_url``; the secret itself never goes in the file)."""

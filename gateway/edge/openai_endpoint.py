@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 
 from gateway.core.principal import Principal
 from gateway.edge.handshake import accept, admit, open_session
-from gateway.edge.v1_endpoint import close_out, pump, reader_for
+from gateway.edge.v1_endpoint import BINARY_REFUSED, close_out, pump, reader_for
 from gateway.voice import g711
 from gateway.wire.openai.audio import Converter, Converters
 from gateway.wire.openai.codec import OpenAIRealtimeCodec
@@ -81,7 +81,9 @@ async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal, m
     )
     conn.codec = codec
 
-    def decode(text: str) -> list[Inbound | DecodeFailure | bytes]:
+    def decode(text: str | bytes) -> list[Inbound | DecodeFailure | bytes]:
+        if isinstance(text, bytes):  # the protocol's events are JSON text frames
+            return [BINARY_REFUSED]
         decoded = codec.decode(text)
         for frame in decoded.replies:
             conn.send(None, frame)

@@ -26,6 +26,7 @@ from gateway.errors import CloseCode, Closing, StoreUnavailable, closing, of_err
 from gateway.shell.connection import Connection
 from gateway.shell.flag import Flag
 from gateway.shell.inbox import Inbox
+from gateway.wire.msgpack import SUBPROTOCOL_MSGPACK, MsgpackCodec
 from gateway.wire.v1 import (
     SUBPROTOCOL,
     DecodeFailure,
@@ -43,7 +44,7 @@ __all__ = ["Decode", "Reader", "close_out", "pump", "reader_for", "realtime_endp
 
 log = structlog.get_logger("gateway.transport")
 
-Decode = Callable[[str], list[Inbound | DecodeFailure | bytes]]
+Decode = Callable[[str | bytes], list[Inbound | DecodeFailure | bytes]]
 """Reads a text frame of a wire protocol other than v1 into the core messages it stands for
 (``gateway.wire.codec``)."""
 
@@ -56,7 +57,7 @@ _FLOOD_CLOSE_WAIT = 5.0
 _FLOODED = DecodeFailure(code="rate_limited", message="message flood")
 """Queued by the reader after the last frame it reads from a flooding client; the socket
 then closes with 1008 once the errors before it are sent (never sent itself)."""
-_BINARY = DecodeFailure(
+BINARY_REFUSED = DecodeFailure(
     code="invalid_message", message="binary frames are not supported; send JSON text frames"
 )
 _AUDIO_FIRST = DecodeFailure(
@@ -67,21 +68,30 @@ Frame = Inbound | DecodeFailure | bytes
 
 
 async def realtime_endpoint(websocket: WebSocket) -> None:
-    """``GET /v1/realtime``: one session per socket at a time."""
+    """``GET /v1/realtime``: one session per socket at a time, in JSON (``gateway.v1``) or
+    MessagePack (``gateway.v1.msgpack``, when the client offers it)."""
     runtime: Runtime = websocket.app.state.runtime
-    admitted = await admit(runtime, websocket, protocol=SUBPROTOCOL, exclusive=True)
+    offered = websocket.scope.get("subprotocols") or []
+    protocol = SUBPROTOCOL_MSGPACK if SUBPROTOCOL_MSGPACK in offered else SUBPROTOCOL
+    admitted = await admit(runtime, websocket, protocol=protocol, exclusive=True)
     if admitted is None:
         return
     try:
-        await _serve(runtime, websocket, admitted.principal)
+        await _serve(runtime, websocket, admitted.principal, protocol)
     finally:
         admitted.release()
 
 
-async def _serve(runtime: Runtime, websocket: WebSocket, principal: Principal) -> None:
+async def _serve(
+    runtime: Runtime, websocket: WebSocket, principal: Principal, protocol: str
+) -> None:
     """Accept an admitted socket and run it: its first frame, then its session."""
-    conn = await accept(runtime, websocket, SUBPROTOCOL)
-    reader = reader_for(runtime, websocket, conn)
+    conn = await accept(runtime, websocket, protocol)
+    if protocol == SUBPROTOCOL_MSGPACK:
+        codec = conn.codec = MsgpackCodec()
+        reader = reader_for(runtime, websocket, conn, lambda frame: codec.decode(frame).messages)
+    else:
+        reader = reader_for(runtime, websocket, conn)
     try:
         driver = await _open(runtime, conn, reader, principal)
         if driver is not None:
@@ -317,7 +327,8 @@ class Reader:
                         return
                     continue
                 if self._decode is not None:
-                    if not await self._take(text, self._decode):
+                    frame = text if text is not None else message.get("bytes") or b""
+                    if not await self._take(frame, self._decode):
                         return
                     continue
                 peeked = (
@@ -338,7 +349,7 @@ class Reader:
                 if not free:  # a free ping between refused frames does not end a flood
                     self._refused_in_a_row = 0
                 if peeked is None:
-                    peeked = _BINARY if text is None else decode_client(text)
+                    peeked = BINARY_REFUSED if text is None else decode_client(text)
                 if (
                     self._feed is not None
                     and self._waiting
@@ -354,7 +365,7 @@ class Reader:
         finally:
             self._inbox.close()
 
-    async def _take(self, text: str | None, decode: Decode) -> bool:
+    async def _take(self, frame: str | bytes, decode: Decode) -> bool:
         """Read a frame of a codec's protocol; ``False`` once the reader is to stop.
 
         A codec keeps state, so a frame is decoded only once it is admitted (no peek: a
@@ -364,7 +375,7 @@ class Reader:
         if self._bucket is not None and not self._bucket.take():
             return await self._refuse(None)
         self._refused_in_a_row = 0
-        items = [_BINARY] if text is None else decode(text)
+        items = decode(frame)
         if self._bucket is not None and items and all(type(i) is bytes for i in items):
             # Audio (an append): bounded by the session's audio limits, as v1's binary
             # frames are, not by the frame rate.

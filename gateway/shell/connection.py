@@ -38,7 +38,7 @@ from gateway.errors import Closing, closing
 from gateway.shell.flag import Flag
 from gateway.shell.inbox import Inbox
 from gateway.shell.outqueue import OutboundQueue
-from gateway.wire.codec import Codec
+from gateway.wire.codec import BinaryFrame, Codec
 from gateway.wire.v1 import Pong, ServerMsg, decode_server
 
 __all__ = [
@@ -58,13 +58,6 @@ Abort = Callable[[], None]
 
 ABORT_SCOPE_KEY = "gateway.abort"
 """ASGI scope key under which the gateway's server puts an ``Abort`` for the WebSocket."""
-
-
-class BinaryFrame(bytes):
-    """A frame to send as a binary WebSocket frame (the answer's audio); every other frame
-    is a text frame, UTF-8 JSON."""
-
-    __slots__ = ()
 
 
 class FrameWriter(Protocol):

@@ -22,6 +22,7 @@ from gateway.auth.admission import AddressCounter, SessionQuota, proxy_networks
 from gateway.auth.credentials import Authenticator
 from gateway.auth.origin import OriginPolicy
 from gateway.config import Config
+from gateway.core.event import Disconnected
 from gateway.core.principal import ANONYMOUS, Principal
 from gateway.core.schema_guard import SchemaGuard, SchemaLimits
 from gateway.core.session import AgentProfile, Session, SessionSettings
@@ -33,7 +34,8 @@ from gateway.shell.cluster import Cluster, ResumeRefusal, token_hash
 from gateway.shell.connection import Abort, Connection, FrameWriter, Socket
 from gateway.shell.driver import Driver
 from gateway.shell.metrics import Metrics
-from gateway.shell.observe import LogObserver
+from gateway.shell.notify import Notifier, PushObserver, server_tool_lookup
+from gateway.shell.observe import LogObserver, SessionObserver
 from gateway.shell.schema_worker import SchemaWorker
 from gateway.shell.voice import VoicePool
 from gateway.store import Lease, SessionRecord, Store, store_from_config
@@ -45,6 +47,9 @@ log = structlog.get_logger("gateway.app")
 
 _READY_TIMEOUT = 1.0
 """Seconds the store has to answer ``/readyz``'s ping."""
+_END_WAIT = 2.0
+"""Seconds ``end_session`` waits for a session driven here to have ended (it goes on
+ending after)."""
 
 
 def new_id(prefix: str) -> str:
@@ -76,6 +81,10 @@ class Runtime:
         )
         self.metrics = Metrics()
         """This gateway's Prometheus metrics (``GET /metrics``), on a registry of its own."""
+        self.notifier = (
+            Notifier(agent.notify, registry=self.metrics.registry) if agent.notify else None
+        )
+        """Posts the agent's push notices (``notify_url``), if it has a webhook."""
         for member in self.agents.values():
             self._count_retries(member.provider)
         self.schema_guard = SchemaGuard(
@@ -267,7 +276,7 @@ class Runtime:
             agents=self.agents,
             store=self.store,
             session_ttl=self.config.session_ttl,
-            observers=(LogObserver(lambda: session.metadata), self.metrics.observer()),
+            observers=self._observers(session),
             check_schemas=self.schema_worker.check,
             lease=lease,
             max_client_events=self.config.max_inbound_queue,
@@ -280,6 +289,17 @@ class Runtime:
             self._run(driver, principal), name=f"gateway:session:{driver.session_id}"
         )
         return driver
+
+    def _observers(self, session: Session) -> tuple[SessionObserver, ...]:
+        """Who watches a session: its logs, the metrics, and its push notices if any."""
+        observers: tuple[SessionObserver, ...] = (
+            LogObserver(lambda: session.metadata),
+            self.metrics.observer(),
+        )
+        if self.notifier is None:
+            return observers
+        tools = server_tool_lookup(self.agents)
+        return (*observers, PushObserver(session.session_id, self.notifier.notify, tools))
 
     def restore(self, state: SessionState) -> Session:
         """The session ``state`` is (one taken over from another node), with this node's
@@ -299,6 +319,31 @@ class Runtime:
         another node if need be, or the close code and reason refusing it (only the
         session's creator may resume it)."""
         return await self.cluster.find_session(msg, principal)
+
+    async def end_session(self, session_id: str) -> None:
+        """End the session now, as its client's normal close would (``DELETE
+        /v1/sessions/{id}``; the caller checked the right to).
+
+        Driven here: its loop ends it (running work cancelled, the store forgets it) and its
+        socket, if one is attached, closes with 1000 "session ended"; this returns once it
+        has ended (or after ``_END_WAIT``, still ending). Driven by another node, or by none
+        (its node died, or it moved on): the store forgets it, so that no node resumes it
+        (a resume anywhere is refused: ``session_expired``); a node still driving it finds
+        its lease gone at its next commit or lease renewal (within a third of
+        ``lease_ttl``), and stops, closing its socket with 1013, whose resume is refused.
+
+        Raises:
+            StoreUnavailable: the store does not answer.
+        """
+        driver = self.drivers.get(session_id)
+        if driver is not None and not driver.moved:
+            driver.feed(Disconnected())
+            run = self._runs.get(session_id)
+            if run is not None:
+                await asyncio.wait({run}, timeout=_END_WAIT)
+            if not driver.moved:  # ended here, the store told (or it will be, at its end)
+                return
+        await self.store.end_session(session_id)
 
     async def renew_leases(self) -> None:
         """One pass of the renewals: every lease of this node (see ``Cluster``)."""
@@ -332,6 +377,8 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*runs, self.cluster.aclose(), return_exceptions=True)
         await self.voice.aclose()
+        if self.notifier is not None:
+            await self.notifier.aclose()
         await self.store.aclose()
         for agent in self.agents.values():
             await agent.aclose()

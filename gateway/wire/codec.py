@@ -20,7 +20,14 @@ from typing import NamedTuple, Protocol
 
 from gateway.wire.v1 import DecodeFailure, Inbound, ServerMsg, decode_client
 
-__all__ = ["Codec", "Decoded", "V1Codec"]
+__all__ = ["BinaryFrame", "Codec", "Decoded", "V1Codec"]
+
+
+class BinaryFrame(bytes):
+    """A frame to send as a binary WebSocket frame (the answer's audio, a MessagePack
+    event); every other frame is a text frame, UTF-8 JSON."""
+
+    __slots__ = ()
 
 
 class Decoded(NamedTuple):

@@ -144,6 +144,7 @@ __all__ = [
     "encode",
     "protocol_schema",
     "struct_schema",
+    "why_refused",
 ]
 
 SUBPROTOCOL = "gateway.v1"
@@ -193,8 +194,15 @@ def decode_client(data: bytes | str) -> Inbound | DecodeFailure:
         return _TOO_DEEP
     except msgspec.DecodeError as exc:
         return _unreadable(data, exc)
+    return why_refused(raw, detail)
+
+
+def why_refused(raw: Any, detail: str, kind: str = "JSON") -> DecodeFailure:
+    """What is wrong with a frame the typed decoder refused (``detail``), read again as
+    plain data (``raw``, from JSON or MessagePack): the failure to answer, with the ``id``
+    and ``type`` it names."""
     if not isinstance(raw, dict):
-        return DecodeFailure(code="invalid_message", message="a message must be a JSON object")
+        return DecodeFailure(code="invalid_message", message=f"a message must be a {kind} object")
     msg_id = raw.get("id")
     in_reply_to = _usable_id(msg_id)
     msg_type = raw.get("type")
