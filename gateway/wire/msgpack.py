@@ -23,7 +23,7 @@ import msgspec
 
 from gateway.wire.audio_frame import decode_answer_audio
 from gateway.wire.codec import BinaryFrame, Decoded
-from gateway.wire.v1 import DecodeFailure, Inbound, ServerMsg, why_refused
+from gateway.wire.v1 import CLIENT_MESSAGE_TYPES, DecodeFailure, Inbound, ServerMsg, why_refused
 
 __all__ = ["SUBPROTOCOL_MSGPACK", "AudioIn", "AudioOut", "MsgpackCodec", "decode_client_msgpack"]
 
@@ -65,7 +65,12 @@ def decode_client_msgpack(data: bytes) -> Inbound | DecodeFailure | bytes:
             return DecodeFailure(code="invalid_message", message=f"invalid MessagePack: {exc}")
         if isinstance(raw, dict) and raw.get("type") == "audio":
             return DecodeFailure(code="invalid_audio", message=f"invalid audio: {exc}")
-        return why_refused(raw, str(exc), "MessagePack map")
+        refused = why_refused(raw, str(exc), "MessagePack map")
+        if refused.code == "unknown_type":  # audio is a message here too
+            known = ", ".join(sorted({*CLIENT_MESSAGE_TYPES, "audio"}))
+            head = refused.message.split("; expected", 1)[0]
+            refused = msgspec.structs.replace(refused, message=f"{head}; expected one of: {known}")
+        return refused
     except msgspec.DecodeError as exc:
         return DecodeFailure(code="invalid_message", message=f"invalid MessagePack: {exc}")
     return decoded.pcm if isinstance(decoded, AudioIn) else decoded
