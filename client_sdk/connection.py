@@ -40,6 +40,7 @@ __all__ = [
     "connect_raw",
     "open_socket",
     "resume_url",
+    "sent_fields",
     "text_frame",
 ]
 
@@ -69,6 +70,13 @@ def text_frame(msg: ClientMsg) -> str:
     options (``tool_choice``, ``tools``, ``max_steps``, ``tool_mode``) it leaves unset, so
     that a gateway older than them, which rejects fields it does not know, still takes the
     message; a ``tool.run`` without edited arguments leaves ``args`` out."""
+    data = sent_fields(msg)
+    return (encode(msg) if data is msg else msgspec.json.encode(data)).decode()
+
+
+def sent_fields(msg: ClientMsg) -> ClientMsg | dict[str, Any]:
+    """What of ``msg`` the SDK sends, whatever the framing: ``msg`` itself, or its fields
+    without the options it leaves unset (``text_frame``)."""
     if isinstance(msg, ToolRun):
         options: tuple[str, ...] = ("args",)
     elif isinstance(msg, UserMessage | SessionStart | SessionUpdate):
@@ -76,12 +84,12 @@ def text_frame(msg: ClientMsg) -> str:
     elif isinstance(msg, ResponseTruncate):
         options = ("heard_chars", "audio_end_ms")
     else:
-        return encode(msg).decode()
-    data = msgspec.to_builtins(msg)
+        return msg
+    data: dict[str, Any] = msgspec.to_builtins(msg)
     for name in options:
         if name in data and data[name] is None:
             del data[name]
-    return msgspec.json.encode(data).decode()
+    return data
 
 
 def resume_url(url: str, session_id: str) -> str:

@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 from websockets.asyncio.client import ClientConnection
 
-from client_sdk.connection import text_frame
+from client_sdk.connection import sent_fields, text_frame
 from gateway.wire.audio_frame import AnswerAudio, decode_answer_audio
 from gateway.wire.msgpack import SUBPROTOCOL_MSGPACK, AudioIn, AudioOut
 from gateway.wire.v1 import ClientMsg, Outbound, decode_server
@@ -34,7 +34,7 @@ def uses_msgpack(websocket: ClientConnection) -> bool:
 def message_frame(websocket: ClientConnection, msg: ClientMsg) -> str | bytes:
     """``msg`` as a frame of ``websocket``'s framing."""
     if uses_msgpack(websocket):
-        return _encoder.encode(msgspec.json.decode(text_frame(msg)))
+        return _encoder.encode(sent_fields(msg))
     return text_frame(msg)
 
 

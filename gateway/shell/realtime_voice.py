@@ -62,7 +62,6 @@ from gateway.core.model import (
 )
 from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 from gateway.errors import ProviderError
-from gateway.providers.base import Capabilities
 from gateway.providers.realtime import RealtimeProvider
 from gateway.providers.realtime import upstream as up
 from gateway.shell.connection import BinaryFrame, Connection
@@ -97,7 +96,6 @@ class _Turn:
     """The core response that took it (its audio is sent under this id)."""
     audio: list[bytes] = field(default_factory=list)
     """Its audio, until a core response takes it."""
-    done: bool = False
 
 
 class RealtimeVoice:
@@ -411,7 +409,7 @@ class RealtimeVoice:
                 if self._receiving is not None:
                     self._receiving.events.put_nowait(event)
                     if isinstance(event, up.TurnDone):
-                        self._receiving.done, self._receiving = True, None
+                        self._receiving = None
             case up.CallsCancelled(call_ids=ids):
                 self._cancelled_calls.update(ids)
             case up.Closed(reason=reason, expired=expired):
@@ -611,12 +609,11 @@ class RealtimeVoice:
 class _StepModel:
     """One step of a speech-to-speech session, as a ``Provider`` for ``ModelStep``."""
 
-    capabilities = Capabilities(tools=True, parallel_tool_calls=True, tool_choice=False)
-
     def __init__(self, link: RealtimeVoice, response_id: str) -> None:
         self._link = link
         self._response_id = response_id
         self.name = link.provider.name
+        self.capabilities = link.provider.capabilities
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         return self._link.step(request, self._response_id)
