@@ -67,12 +67,14 @@ from client_sdk.resume import (
     Resumed,
     closed_with,
     drop,
+    resume_of,
 )
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from client_sdk.widgets import WidgetHandler, ask_user
 from gateway.wire.audio_frame import AnswerAudio
 from gateway.wire.v1 import (
+    PROTOCOL_VERSION,
     Ack,
     AgentTransferred,
     AudioRequest,
@@ -87,7 +89,11 @@ from gateway.wire.v1 import (
     ResponseCreated,
     ResponseDone,
     ResponseTruncate,
+    SessionAttach,
+    SessionAttached,
     SessionCreated,
+    SessionGoingAway,
+    SessionResume,
     SessionResumed,
     SessionSnapshot,
     SessionStart,
@@ -111,6 +117,9 @@ H = TypeVar("H", bound=ServerToolHandler)
 C = TypeVar("C", bound=ConfirmHandler)
 W = TypeVar("W", bound=WidgetHandler)
 _CALL_ENDED = frozenset({"completed", "failed", "cancelled", "expired"})
+MOVED = 4000
+"""The close code this SDK leaves a socket with once it moved to the next one
+(``session.going_away``): not 1000, which would end the session."""
 ToolMode = Literal["auto", "manual"]
 """``auto``: the gateway runs its server tools; ``manual``: every tool call the model asks
 for, server tools included, comes to the client (``on_server_tool``)."""
@@ -175,6 +184,11 @@ class Conversation:
         protocol: ``"json"`` (v1's text frames) or ``"msgpack"``: v1 as binary MessagePack
             frames (``gateway.v1.msgpack``), smaller on metered links, audio as raw bytes;
             a gateway that does not speak it is spoken to in JSON.
+        join: ``(session_id, resume_token)`` of a session another device started: this
+            conversation joins it as one more device (``session.attach``) instead of
+            starting one. Every device gets every event; a client function's calls go to
+            the devices that registered it, and the first answer wins; the others' runs of
+            it are stopped. Its options that only ``session.start`` carries are ignored.
     """
 
     def __init__(
@@ -198,6 +212,7 @@ class Conversation:
         segments: bool | None = None,
         audio: AudioRequest | dict[str, Any] | None = None,
         protocol: Protocol = "json",
+        join: tuple[str, str] | None = None,
     ) -> None:
         self._url = url
         self._protocol: Protocol = protocol
@@ -250,6 +265,14 @@ class Conversation:
         """The id of the latest response that started (``truncate``'s default)."""
         self.last_seq = 0
         self.reconnects = 0
+        self.device_id: str | None = None
+        """This device's id among those sharing the session (``session.created``'s, or
+        ``session.attached``'s after ``join``); the SDK resumes as it."""
+        self._join = join
+        self._moving: asyncio.Task[None] | None = None
+        """The move to a new socket after ``session.going_away``, while it runs."""
+        self._holding = False
+        """User messages wait in the outbox for the move's new socket (``_move``)."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -284,6 +307,10 @@ class Conversation:
         resume token as its credential), and returns within 1 s whatever the network does:
         a request not answered within 0.8 s (``resume.END_TIMEOUT``) is abandoned, and the
         gateway then ends the session when its resume window (``session_ttl``) runs out.
+
+        With several devices on the session, a device's close leaves it: the session ends
+        with the last socket (a ``DELETE`` ends it for every device; a device that joined
+        never sends one).
         """
         alive = self._end is None
         self._closing = True
@@ -292,7 +319,9 @@ class Conversation:
         await self._background.cancel()  # the reader among them: no socket comes after this
         if self._ws is not None and self._ws.state is State.OPEN:
             await self._ws.close()
-        elif alive and self.session is not None:
+        elif alive and self.session is not None and self._join is None:
+            # A device that joined leaves the session to the others; it has no socket to
+            # take out of it.
             await self._reconnector.end(self.session, self._url)
 
     def retry_now(self) -> bool:
@@ -641,7 +670,18 @@ class Conversation:
         (and, as for any drop before it, the session is started on a new one)."""
         specs = [f.spec for f in self._functions.values()]
         websocket = self._ws
-        await self._send(msgspec.structs.replace(self._start_msg, client_functions=specs))
+        if self._join is not None:  # this device joins a session another one started
+            session_id, token = self._join
+            await self._send(
+                SessionAttach(
+                    session_id=session_id,
+                    resume_token=token,
+                    last_seq=self.last_seq,
+                    client_functions=specs,
+                )
+            )
+        else:
+            await self._send(msgspec.structs.replace(self._start_msg, client_functions=specs))
         self._background.spawn(self._watch_start(websocket), "start")
 
     async def _watch_start(self, websocket: ClientConnection | None) -> None:
@@ -664,18 +704,25 @@ class Conversation:
         """Send if connected; a message lost to a drop is recovered on resume."""
         if self._end is not None:
             raise self._end
+        if self._holding and isinstance(msg, UserMessage):
+            return  # kept in the outbox for the next socket (see ``_move``)
         if self._ws is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await self._ws.send(message_frame(self._ws, msg))
 
     async def _read_loop(self) -> None:
         while True:
-            assert self._ws is not None
+            websocket = self._ws
+            assert websocket is not None
             try:
-                frame = await self._ws.recv()
+                frame = await websocket.recv()
             except websockets.ConnectionClosed as exc:
                 if self._closing:
                     return
+                if self._moving is not None:  # the gateway may close it for the move
+                    await asyncio.wait({self._moving})
+                if websocket is not self._ws:
+                    continue  # moved to the next socket (session.going_away): read that one
                 closed = closed_with(exc)
                 if closed.closed_with in FINAL_CLOSES or not self._reconnect:
                     self._finish(closed)
@@ -684,14 +731,16 @@ class Conversation:
                     if not await self._start_again():
                         return
                     continue
-                outcome = await self._reconnector.run(self.session, self.last_seq)
+                outcome = await self._reconnector.run(self._resume())
                 if not isinstance(outcome, Resumed):
                     if outcome is not None:
                         self._finish(outcome)  # the gateway no longer has the session
                     return
                 await self._after_resume(outcome)
                 continue
-            item = read_frame(self._ws, frame)
+            if websocket is not self._ws:
+                continue  # what the previous socket still had: the new one replays it
+            item = read_frame(websocket, frame)
             if isinstance(item, AnswerAudio):
                 for stream in self._listeners:
                     stream.put(item)
@@ -721,10 +770,22 @@ class Conversation:
                 self._since_ack = 0
                 self._background.spawn(self._send(Ack(seq=self.last_seq)), "ack")
         match event:
+            case SessionCreated() if self._join is not None:
+                pass  # replayed to this device, which joined: another device's start
             case SessionCreated():
                 self.session, self.agent = event, event.agent
+                self.device_id = event.device_id
                 if self._created is not None and not self._created.done():
                     self._created.set_result(event)
+            case SessionAttached():
+                self._joined(event)
+            case SessionSnapshot() if self._join is not None and self.session is None:
+                self.last_seq = event.last_seq  # joined past what the log still holds
+                self._joined(event)
+            case Error() if self._join is not None and event.code == "resume_gap":
+                pass  # joined past what the log still holds: the snapshot follows
+            case SessionGoingAway() if self._moving is None and self.session is not None:
+                self._moving = self._background.spawn(self._move(event.time_left), "move")
             case Error() if self.session is None and self._created is not None:
                 if not self._created.done():
                     self._created.set_exception(ServerError(event))
@@ -736,12 +797,12 @@ class Conversation:
                 for call in calls:
                     self._run_call(call)
             case ToolStatus(call_id=call_id, status=status) if (
-                call_id in self._asking and status in _CALL_ENDED
+                status in _CALL_ENDED and call_id in self._running and call_id not in self._answered
             ):
-                # The call ended without the user's answer: stop asking, send nothing.
+                # The call ended without this device's answer (another device answered it,
+                # it expired, the user was asked too late): stop it, send nothing.
                 self._answered.add(call_id)
-                if (task := self._running.get(call_id)) is not None:
-                    task.cancel()
+                self._running[call_id].cancel()
             case ToolConfirm(calls=items):
                 for item in items:
                     self._ask(item)
@@ -803,6 +864,67 @@ class Conversation:
         self._outbox.keep_confirmation(answer)
         return answer
 
+    def _joined(self, event: SessionAttached | SessionSnapshot) -> None:
+        """``session.attached`` (or, when the log no longer holds the start of the session,
+        the snapshot after ``resume_gap``): this device joined the session (``join``); the
+        replay follows. Its calls and confirmations still open are taken up as after a
+        resume."""
+        if self._join is None:
+            return  # not an answer this conversation asked for
+        session_id, token = self._join
+        self.session = SessionCreated(
+            session_id=session_id,
+            resume_token=token,
+            agent=event.agent or "",
+            protocol_version=PROTOCOL_VERSION,
+        )
+        self.agent, self.device_id = event.agent, event.device_id or self.device_id
+        if self._created is not None and not self._created.done():
+            self._created.set_result(self.session)
+        for call in event.open_calls:
+            self._run_call(call)
+        for item in event.open_confirmations:
+            self._ask(item)
+
+    def _resume(self) -> SessionResume:
+        """The ``session.resume`` of this conversation now: as its device, with the
+        functions it offers (a gateway that gave no device id gets a plain resume)."""
+        assert self.session is not None
+        specs = [f.spec for f in self._functions.values()]
+        return resume_of(self.session, self.last_seq, self.device_id, specs)
+
+    async def _move(self, time_left: float) -> None:
+        """``session.going_away``: resume on a new socket while this one still works (trying
+        for up to ``time_left`` seconds), then carry on over the new one; the old one is
+        closed with 4000 (never 1000, which would end the session), unless the gateway
+        closed it first. Should the move fail, the old socket stays, and is resumed as
+        usual once it closes.
+
+        User messages sent meanwhile wait in the outbox for the new socket: one sent on the
+        old socket would start its response on the node going away, to be cut there by the
+        move and run again on the next (so they go on the old one only if the move fails).
+        """
+        self._holding = True
+        try:
+            old = self._ws
+            resumed = await self._reconnector.ahead(self._resume(), time_left)
+            self._holding = False
+            if resumed is None:
+                if self._end is None and self._ws is old:
+                    for msg in self._outbox.resend():  # applied once each, by their ids
+                        await self._send(msg)
+                return
+            if self._end is not None or self._ws is not old:
+                drop(resumed.websocket)
+                return
+            await self._after_resume(resumed)
+        finally:
+            self._holding = False
+            self._moving = None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.close(MOVED, "moved to a new socket")
+
     async def _after_resume(self, resumed: Resumed) -> None:
         """Carry on over the new socket: deliver the answer, send again what the gateway
         had not confirmed (it applies each once), run calls opened meanwhile."""
@@ -819,6 +941,7 @@ class Conversation:
         elif isinstance(answer, SessionResumed):
             open_calls, open_confirmations = answer.open_calls, answer.open_confirmations
             self.agent = answer.agent or self.agent
+            self.device_id = answer.device_id or self.device_id
             self._deliver(answer)
         else:  # not an answer to the resume: an event like any other
             for event in (answer, snapshot):

@@ -25,6 +25,7 @@ from gateway.wire.v1 import (
     ClientMsg,
     Outbound,
     ResponseTruncate,
+    SessionResume,
     SessionStart,
     SessionUpdate,
     ToolRun,
@@ -83,6 +84,8 @@ def sent_fields(msg: ClientMsg) -> ClientMsg | dict[str, Any]:
         options = _RESPONSE_OPTIONS
     elif isinstance(msg, ResponseTruncate):
         options = ("heard_chars", "audio_end_ms")
+    elif isinstance(msg, SessionResume):
+        options = ("device_id", "client_functions")
     else:
         return msg
     data: dict[str, Any] = msgspec.to_builtins(msg)

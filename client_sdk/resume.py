@@ -52,6 +52,7 @@ from gateway.wire.v1 import (
     ToolResult,
     ToolResults,
     ToolRun,
+    ToolSpec,
     ToolStatus,
     UserMessage,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "Resumed",
     "closed_with",
     "drop",
+    "resume_of",
     "session_url",
 ]
 
@@ -306,14 +308,33 @@ class Reconnector:
         wake.set()  # the loop of _retry goes on with its next attempt: no second loop
         return True
 
-    async def run(self, session: SessionCreated, last_seq: int) -> Resumed | SessionClosed | None:
-        """Resume ``session`` from ``last_seq`` with backoff and jitter until the gateway answers.
+    async def run(self, resume: SessionResume) -> Resumed | SessionClosed | None:
+        """Send ``resume`` on new sockets with backoff and jitter until the gateway answers.
 
         Returns:
             The new socket and the answer; ``SessionClosed`` when the gateway closed the
             attempt with a final code (the session is lost); ``None`` after ``stop()``.
         """
-        return await self._retry(lambda: self._attempt(_resume_of(session, last_seq)))
+        return await self._retry(lambda: self._attempt(resume))
+
+    async def ahead(self, resume: SessionResume, within: float) -> Resumed | None:
+        """Resume on a new socket while the session's socket still works
+        (``session.going_away``): attempts with backoff for up to ``within`` seconds (at
+        least one; a node that is going away refuses new sockets, and a load balancer may
+        send one there). The new socket and the answer, or ``None`` whatever went wrong:
+        the session's socket is kept, and resumed as usual once it closes."""
+        deadline = time.monotonic() + within
+        delay = FIRST_DELAY
+        while not self._stopped:
+            outcome = await self._attempt(resume)
+            if isinstance(outcome, Resumed):
+                return outcome
+            pause = delay * random.uniform(0.5, 1.0)
+            if time.monotonic() + pause >= deadline:
+                break
+            await self._pause(pause)
+            delay = min(delay * 2, self._max_delay)
+        return None
 
     async def dial(self, *, first: bool = False) -> ClientConnection | SessionClosed | None:
         """Open a socket for a session not started yet, with backoff and jitter.
@@ -434,9 +455,20 @@ def session_url(url: str, session_id: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
-def _resume_of(session: SessionCreated, last_seq: int) -> SessionResume:
+def resume_of(
+    session: SessionCreated,
+    last_seq: int,
+    device_id: str | None = None,
+    functions: list[ToolSpec] | None = None,
+) -> SessionResume:
+    """The ``session.resume`` of ``session`` from ``last_seq``; with ``device_id``, as that
+    device (the others sharing the session stay attached), declaring ``functions``."""
     return SessionResume(
-        session_id=session.session_id, resume_token=session.resume_token, last_seq=last_seq
+        session_id=session.session_id,
+        resume_token=session.resume_token,
+        last_seq=last_seq,
+        device_id=device_id,
+        client_functions=functions if device_id is not None else None,
     )
 
 

@@ -133,6 +133,24 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         float,
         Meta(description="On SIGTERM, seconds running responses get to finish before being cut."),
     ] = 30.0
+    max_socket_age: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        Meta(
+            description="Seconds a socket may live before its client is moved to a new one.",
+        ),
+    ] = None
+    """Bounds how long one socket holds a node (a load balancer's connection limit, long
+    sockets pinning a node that is being drained slowly): ``going_away_notice`` seconds
+    before, the gateway sends ``session.going_away``, and at that age closes the socket with
+    1013; the SDKs resume on a new socket at the notice, so the conversation sees no gap.
+    Unset: sockets live as long as their clients keep them."""
+    going_away_notice: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="Seconds of notice (session.going_away) before max_socket_age.",
+        ),
+    ] = 10.0
     voice: Annotated[
         str,
         Meta(description="Speech engines for audio: offline, remote, off, or a module:function."),

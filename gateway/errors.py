@@ -131,6 +131,7 @@ _CLOSES: dict[str, tuple[CloseCode, str, ErrorCode | None]] = {
     "no_pong": (CloseCode.TRY_AGAIN, "no pong in time: resume to get the rest", None),
     "session_moved": (CloseCode.TRY_AGAIN, "session moved to another node: resume", None),
     "service_restart": (CloseCode.SERVICE_RESTART, "service restart", None),
+    "max_socket_age": (CloseCode.TRY_AGAIN, "socket reached its maximum age: resume", None),
     "taken_over": (CloseCode.TAKEN_OVER, "session taken over by a new socket", None),
     "session_ended": (CloseCode.NORMAL, "session ended", None),
     "done": (CloseCode.NORMAL, "", None),

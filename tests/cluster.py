@@ -43,6 +43,8 @@ ROOT = Path(__file__).parents[1]
 CLUSTER_AGENT = ROOT / "tests" / "data" / "cluster_agent.toml"
 READY_TIMEOUT = 20.0
 """Seconds a node has to answer ``/readyz`` (Python's imports on a busy 2-core machine)."""
+EXIT_TIMEOUT = 30.0
+"""Seconds a node stopped with SIGTERM has to exit (its grace, then its sockets' close)."""
 _POLL = 0.02
 _LOG_TAIL = 4_000
 """Characters of each node's log shown when a test fails."""
@@ -135,8 +137,15 @@ class Node:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
 
+    async def terminate(self) -> int:
+        """SIGTERM, as a deploy stops a node: its graceful shutdown (sessions handed over);
+        its exit code once it exited (within ``EXIT_TIMEOUT`` seconds)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(self.proc.wait, EXIT_TIMEOUT)
+
     def stop(self) -> None:
-        """Stop the node if it runs (SIGKILL; tests of graceful stops are elsewhere)."""
+        """Stop the node if it runs (SIGKILL; graceful stops are ``terminate``)."""
         if self.alive:
             self.kill()
 

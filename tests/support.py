@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client_sdk import Connection, connect_raw
+from client_sdk import Connection, Conversation, connect_raw
 from gateway.__main__ import build_server
 from gateway.config import Config
 from gateway.core.model import ModelEvent, ModelRequest
@@ -159,3 +159,42 @@ def streamed_text(events: list[Outbound]) -> str:
 
 def types(events: list[Outbound]) -> list[str]:
     return [type(e).__struct_config__.tag for e in events]  # type: ignore[misc]
+
+
+class Recording:
+    """Every event a conversation delivers from now on, as it comes (``record``)."""
+
+    def __init__(self) -> None:
+        self.events: list[Outbound] = []
+        self.times: list[float] = []
+        """When each event arrived (the loop's clock)."""
+        self._arrived = asyncio.Condition()
+        self.task: asyncio.Task[None] | None = None
+
+    async def add(self, event: Outbound) -> None:
+        async with self._arrived:
+            self.events.append(event)
+            self.times.append(asyncio.get_running_loop().time())
+            self._arrived.notify_all()
+
+    async def until(self, found: Callable[[list[Outbound]], bool], within: float = 10.0) -> None:
+        """Wait until ``found(events)`` holds, checked as each event arrives."""
+        async with asyncio.timeout(within), self._arrived:
+            await self._arrived.wait_for(lambda: found(self.events))
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+def record(conv: Conversation) -> Recording:
+    """Record ``conv``'s events from now on (subscribed at once: none is missed)."""
+    recording = Recording()
+    stream = conv.events()
+
+    async def read() -> None:
+        async for event in stream:
+            await recording.add(event)
+
+    recording.task = asyncio.create_task(read())
+    return recording

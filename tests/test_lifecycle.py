@@ -17,6 +17,7 @@ from client_sdk import connect_raw
 from gateway.wire.v1 import (
     ResponseDone,
     SessionCreated,
+    SessionGoingAway,
     SessionResume,
     SessionResumed,
     SessionStart,
@@ -107,6 +108,7 @@ async def test_sigterm_closes_every_socket_with_1012_and_exits_0(grace, status):
             await conn.recv_until(lambda e: isinstance(e, TextDelta))
             proc.send_signal(signal.SIGTERM)
             events = await conn.recv_until(lambda e: isinstance(e, ResponseDone), within=20)
+            notice = await conn.recv(within=20)  # told before the close (session.going_away)
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await conn.recv(within=20)
         async with asyncio.timeout(20):
@@ -120,6 +122,8 @@ async def test_sigterm_closes_every_socket_with_1012_and_exits_0(grace, status):
     assert done.status == status
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1012, "service restart")
+    assert isinstance(notice, SessionGoingAway)
+    assert (notice.reason, notice.time_left) == ("shutdown", 0.0)
     assert code == 0
 
 
@@ -147,9 +151,11 @@ async def test_a_session_started_during_the_grace_period_is_refused_with_1012_an
             await busy.send(ToolResults(results=[result]))
             gate("block").set()
             events = await busy.recv_until(lambda e: isinstance(e, ResponseDone))
+            notice = await busy.recv()  # session.going_away, then the close
             with pytest.raises(websockets.ConnectionClosed) as stopped:
                 await busy.recv()
             await asyncio.wait_for(stopping, 10)
+    assert isinstance(notice, SessionGoingAway)
     assert refused.value.rcvd is not None
     assert (refused.value.rcvd.code, refused.value.rcvd.reason) == (1012, "shutting down")
     assert isinstance(events[-1], ResponseDone)

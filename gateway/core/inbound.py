@@ -20,6 +20,7 @@ __all__ = [
     "ClientId",
     "ClientMsg",
     "DecodeFailure",
+    "DeviceId",
     "Inbound",
     "InputAudioClear",
     "InputAudioCommit",
@@ -28,6 +29,7 @@ __all__ = [
     "ResponseCancel",
     "ResponseStatus",
     "ResponseTruncate",
+    "SessionAttach",
     "SessionResume",
     "SessionStart",
     "SessionUpdate",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 
+DeviceId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""One device's id among a session's sockets (``session.created``, ``session.attached``)."""
 ToolName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
 ClientId = Annotated[str, msgspec.Meta(max_length=128)]
 CallStatus = Literal[
@@ -161,6 +165,26 @@ class SessionResume(ClientMsg, tag="session.resume"):
     resume_token: Annotated[str, msgspec.Meta(max_length=256)]
     last_seq: Annotated[int, msgspec.Meta(ge=0)]
     """The highest ``seq`` the client has; every later event is replayed."""
+    device_id: DeviceId | None = None
+    """Resume as this device (``session.created``'s or ``session.attached``'s id): the new
+    socket replaces only that device's, and the session's other devices stay attached.
+    Without it the resume takes the whole session over (every other socket closes 4009)."""
+    client_functions: Annotated[list[ToolSpec], msgspec.Meta(max_length=128)] | None = None
+    """With ``device_id``: the functions this device offers now (declared again at every
+    reconnect; the node the session moved to knows them from this alone)."""
+
+
+class SessionAttach(ClientMsg, tag="session.attach"):
+    """Join a live session as one more device, alongside the sockets attached to it; the
+    first message on the new socket (``session.attached`` answers it)."""
+
+    session_id: Annotated[str, msgspec.Meta(max_length=128)]
+    resume_token: Annotated[str, msgspec.Meta(max_length=256)]
+    last_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """The highest ``seq`` this device has (0: all the log still holds is replayed)."""
+    client_functions: Annotated[list[ToolSpec], msgspec.Meta(max_length=128)] = []
+    """The functions this device offers: calls of them come to it (and to any other
+    device that declared the same)."""
 
 
 class SessionUpdate(ClientMsg, tag="session.update"):
@@ -276,6 +300,7 @@ class Ping(ClientMsg, tag="ping"):
 Inbound = (
     SessionStart
     | SessionResume
+    | SessionAttach
     | SessionUpdate
     | Ack
     | UserMessage
@@ -293,6 +318,7 @@ CLIENT_MESSAGE_TYPES: frozenset[str] = frozenset(
     for cls in (
         SessionStart,
         SessionResume,
+        SessionAttach,
         SessionUpdate,
         Ack,
         UserMessage,

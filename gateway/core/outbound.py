@@ -17,6 +17,7 @@ from gateway.core.audio import AudioSettings
 from gateway.core.inbound import CallStatus, ResponseStatus, Widget
 
 __all__ = [
+    "FIRST_DEVICE",
     "PROTOCOL_VERSION",
     "AgentTransferred",
     "AudioDone",
@@ -36,8 +37,10 @@ __all__ = [
     "ResponseRetrying",
     "ResponseTruncated",
     "ServerMsg",
+    "SessionAttached",
     "SessionCreated",
     "SessionEnded",
+    "SessionGoingAway",
     "SessionResumed",
     "SessionSnapshot",
     "SessionUpdated",
@@ -106,6 +109,15 @@ class SessionCreated(ServerMsg, tag="session.created"):
     """The session's audio, when ``session.start`` turned it on (docs/voice.md)."""
     voices: list[str] = []
     """The voices the gateway speaks in, its default first; none: it cannot turn audio on."""
+    device_id: str | None = None
+    """The id of the device that started the session (``FIRST_DEVICE``): it resumes as
+    that device (``session.resume``'s ``device_id``), leaving other devices attached."""
+
+
+FIRST_DEVICE = "dev_1"
+"""The device id of a session's first socket; the devices that join it get others
+(``session.attached``). Ids tell a session's devices apart, nothing more: the resume token
+is the credential."""
 
 
 class SessionUpdated(ServerMsg, tag="session.updated"):
@@ -134,6 +146,42 @@ class SessionResumed(ServerMsg, tag="session.resumed"):
     """Client-function calls still waiting for a result; answer them (once) if not done."""
     open_confirmations: list[ConfirmItem] = []
     """Calls still waiting for the user's approval; answer them (once) if not done."""
+    device_id: str | None = None
+    """The device this socket is (the resume's ``device_id``), when it named one."""
+
+
+class SessionAttached(ServerMsg, tag="session.attached"):
+    """The answer to ``session.attach``: this socket joined the session as one more
+    device; the replayed events follow, then live ones, as after ``session.resumed``.
+
+    Connection-level: it has no ``seq`` (0, omitted) and is never replayed itself.
+    """
+
+    session_id: str
+    device_id: str
+    """This device's id: it resumes with it after a drop (``session.resume``)."""
+    replayed_from: int
+    last_seq: int
+    agent: str | None = None
+    open_calls: list[ClientCall] = []
+    """Calls of this device's functions still waiting for a result."""
+    open_confirmations: list[ConfirmItem] = []
+    devices: int = 1
+    """Sockets attached to the session now, this one included."""
+
+
+class SessionGoingAway(ServerMsg, tag="session.going_away"):
+    """The gateway will close this socket for its own reasons in ``time_left`` seconds: open
+    the next socket now and resume there (``session.resume``), so the close loses nothing.
+
+    Connection-level: it has no ``seq`` (0, omitted) and is never replayed.
+    """
+
+    reason: Literal["shutdown", "session_moved", "max_socket_age"]
+    """``shutdown``: this node is draining; ``session_moved``: another node drives the
+    session now; ``max_socket_age``: the socket reached the gateway's maximum age."""
+    time_left: float
+    """Seconds until the close (0: now)."""
 
 
 class TranscriptEntry(msgspec.Struct, kw_only=True):
@@ -154,6 +202,9 @@ class SessionSnapshot(ServerMsg, tag="session.snapshot"):
     transcript: list[TranscriptEntry] = []
     open_calls: list[ClientCall] = []
     open_confirmations: list[ConfirmItem] = []
+    device_id: str | None = None
+    """The socket's device, after a ``session.attach`` or a resume that named one (the
+    snapshot answers them in place of ``session.attached`` or ``session.resumed``)."""
 
 
 class SessionEnded(ServerMsg, tag="session.ended"):
@@ -369,6 +420,8 @@ Outbound = (
     SessionCreated
     | SessionUpdated
     | SessionResumed
+    | SessionAttached
+    | SessionGoingAway
     | SessionSnapshot
     | SessionEnded
     | AgentTransferred

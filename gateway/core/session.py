@@ -52,17 +52,20 @@ from gateway.core.inbound import (
     Ping,
     ResponseCancel,
     ResponseTruncate,
+    SessionAttach,
     SessionResume,
     SessionStart,
     SessionUpdate,
     ToolConfirmation,
     ToolResults,
     ToolRun,
+    ToolSpec,
     UserMessage,
 )
 from gateway.core.intake import Intake
 from gateway.core.model import ModelRequest, ToolSchema
 from gateway.core.outbound import (
+    FIRST_DEVICE,
     PROTOCOL_VERSION,
     ClientCall,
     ConfirmItem,
@@ -228,6 +231,11 @@ class Session:
         return self._state.phase is Phase.CLOSED
 
     @property
+    def client_functions(self) -> list[ToolSpec]:
+        """The functions the session's clients declared (every device's), as offered."""
+        return self._state.client_functions
+
+    @property
     def ended_by_agent(self) -> bool:
         """The session is over because the agent ended it (``session.ended`` was sent)."""
         return self._state.phase is Phase.CLOSED and self._state.ending is not None
@@ -296,10 +304,10 @@ class Session:
                 self._out.send(Pong(ts=ts))
             case SessionStart():
                 self._start_session(event)
-            case SessionResume():
+            case SessionResume() | SessionAttach():
                 self._out.error(
                     "invalid_message",
-                    "session.resume must be the first message on a new socket",
+                    f"{event.__struct_config__.tag} must be the first message on a new socket",
                     in_reply_to=event.id,
                 )
             case Disconnected():
@@ -528,6 +536,7 @@ class Session:
                 limits=settings.limits,
                 audio=state.audio,
                 voices=list(settings.voices),
+                device_id=FIRST_DEVICE,
             )
         )
 

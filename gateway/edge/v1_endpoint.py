@@ -26,12 +26,14 @@ from gateway.errors import CloseCode, Closing, StoreUnavailable, closing, of_err
 from gateway.shell.connection import Connection
 from gateway.shell.flag import Flag
 from gateway.shell.inbox import Inbox
+from gateway.shell.session_queue import Device
 from gateway.wire.msgpack import SUBPROTOCOL_MSGPACK, MsgpackCodec
 from gateway.wire.v1 import (
     SUBPROTOCOL,
     DecodeFailure,
     Inbound,
     Ping,
+    SessionAttach,
     SessionResume,
     decode_client,
 )
@@ -99,13 +101,36 @@ async def _serve(
             # with no context manager held for its whole life.
             structlog.contextvars.bind_contextvars(session_id=driver.session_id)
             log.info("socket_attached", client=str(websocket.client), principal=principal.name)
-            await pump(reader, driver, conn)
+            timers = _age_limit(runtime, driver, conn)
+            try:
+                await pump(reader, driver, conn)
+            finally:
+                for timer in timers:
+                    timer.cancel()
             # A client that closes with 1000 is done; any other end may be resumed.
             done = reader.close_code == CloseCode.NORMAL and not conn.closing
             driver.detach(conn, end=done)
             log.info("socket_closed", client_code=reader.close_code, server_code=conn.close_code)
     finally:
         await close_out(reader, conn)
+
+
+def _age_limit(runtime: Runtime, driver: Driver, conn: Connection) -> list[asyncio.TimerHandle]:
+    """With ``max_socket_age``: the timers that give ``conn``'s client notice
+    (``session.going_away``, ``going_away_notice`` seconds ahead), then close it with 1013
+    at that age; its client resumes on a new socket meanwhile."""
+    config = runtime.config
+    age = config.max_socket_age
+    if age is None:
+        return []
+    loop = asyncio.get_running_loop()
+    notice = min(config.going_away_notice, age)
+    left = age - (loop.time() - conn.opened_at)
+    aged = closing("max_socket_age")
+    return [
+        loop.call_later(max(0.0, left - notice), driver.going_away, "max_socket_age", notice, conn),
+        loop.call_later(max(0.0, left), driver.close_socket, conn, aged.code, aged.reason),
+    ]
 
 
 def reader_for(
@@ -152,19 +177,34 @@ async def _open(
         return None
     if isinstance(first, bytes):
         first = _AUDIO_FIRST
-    if isinstance(first, SessionResume):
+    if isinstance(first, SessionResume | SessionAttach):
         return await _resume(runtime, conn, first, principal)
-    if isinstance(first, DecodeFailure) and first.msg_type == "session.resume":
+    if isinstance(first, DecodeFailure) and first.msg_type in _RESUMES:
         # A client that meant to resume must not silently get a new, empty session.
         await refuse(runtime, conn, closing("invalid_resume", first.message))
         return None
     return await open_session(runtime, conn, principal, first)
 
 
+_RESUMES = frozenset({"session.resume", "session.attach"})
+"""The first messages that name a session: one that does not decode opens no new one."""
+
+
+def _device(msg: SessionResume | SessionAttach) -> Device | None:
+    """Who ``msg``'s socket is among the session's devices (``None``: it takes the session
+    over whole, as a resume naming no device does)."""
+    if isinstance(msg, SessionAttach):
+        return Device(None, msg.client_functions)
+    if msg.device_id is None:
+        return None
+    return Device(msg.device_id, msg.client_functions)
+
+
 async def _resume(
-    runtime: Runtime, conn: Connection, msg: SessionResume, principal: Principal
+    runtime: Runtime, conn: Connection, msg: SessionResume | SessionAttach, principal: Principal
 ) -> Driver | None:
-    """Attach ``conn`` to the session ``msg`` names, wherever it was driven: a session
+    """Attach ``conn`` to the session ``msg`` names (a resume, or a device joining it),
+    wherever it was driven: a session
     that left this node meanwhile (another node took its lease, or this one handed it
     over) is taken over again from the store, once; should it move again meanwhile, the
     client is told to resume (1013), never that the session ended.
@@ -184,7 +224,7 @@ async def _resume(
         if isinstance(found, Closing):  # refused
             await refuse(runtime, conn, found)
             return None
-        if await found.attach(conn, msg.last_seq):
+        if await found.attach(conn, msg.last_seq, _device(msg)):
             return found
         moved = found.moved
         if not moved:
@@ -209,7 +249,7 @@ async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
     def feed(message: Frame) -> bool:
         if isinstance(message, bytes) or not driver.client_room.is_set():
             return False  # the pump waits for room, as below; audio may wait too
-        driver.feed_client(message)
+        driver.feed_client(message, conn)
         return True
 
     reader.feed_directly(feed)
@@ -230,7 +270,7 @@ async def pump(reader: Reader, driver: Driver, conn: Connection) -> None:
             await _first(driver.client_room, conn.close_requested, conn.done)
             if conn.closing or conn.done.is_set():
                 return  # the socket's unread frames are dropped, as ``reader.end`` does
-        driver.feed_client(message)
+        driver.feed_client(message, conn)
 
 
 async def _first(*events: Flag) -> None:

@@ -32,7 +32,7 @@ from gateway.errors import Closing, StoreUnavailable, TooManySessions, closing, 
 from gateway.shell.driver import Driver
 from gateway.shell.metrics import Metrics
 from gateway.store import Lease, MemoryStore, SessionRecord, Store
-from gateway.wire.v1 import SessionResume, decode_server
+from gateway.wire.v1 import SessionAttach, SessionResume, decode_server
 
 __all__ = ["Cluster", "Host", "ResumeRefusal", "token_hash"]
 
@@ -59,7 +59,9 @@ def _caught_up(session: Session, logged: list[bytes]) -> bool:
     return session.catch_up(sent)
 
 
-def _check_owner(record: SessionRecord, msg: SessionResume, principal: str) -> ResumeRefusal | None:
+def _check_owner(
+    record: SessionRecord, msg: SessionResume | SessionAttach, principal: str
+) -> ResumeRefusal | None:
     """Why ``principal`` may not resume the session of ``record`` with ``msg``, if so."""
     # Both checks run, so the answer's timing tells nothing about which failed.
     owner = hmac.compare_digest(record.principal.encode(), principal.encode())
@@ -129,7 +131,9 @@ class Cluster:
             return None
         return await self._store.acquire(session_id, self._node, ttl=self._lease_ttl)
 
-    async def find_session(self, msg: SessionResume, principal: str) -> Driver | ResumeRefusal:
+    async def find_session(
+        self, msg: SessionResume | SessionAttach, principal: str
+    ) -> Driver | ResumeRefusal:
         """The live session a ``session.resume`` by ``principal`` names, or the close code
         and reason refusing it (only the session's creator may resume it)."""
         driver = self._drivers.get(msg.session_id)

@@ -106,6 +106,17 @@ class Connection:
         frame_writer: FrameWriter | None = None,
         codec: Codec | None = None,
     ) -> None:
+        self.device: str | None = None
+        """The device this socket is among the session's (``session.created``'s id for the
+        one that started it, ``session.attached``'s for one that joined); ``None`` until
+        the session took it."""
+        self.functions: frozenset[str] | None = None
+        """The client functions this device declared: with several devices attached, the
+        calls of a function go only to those that declared it (``None``: every call)."""
+        self.acked = 0
+        """The highest ``seq`` this socket's client acknowledged."""
+        self.opened_at = asyncio.get_running_loop().time()
+        """When the socket was accepted (loop time), for ``max_socket_age``."""
         self.codec = codec
         """Translates each event into the frames of this socket's wire protocol; ``None``
         for v1. Set it before the first event."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -50,6 +50,7 @@ from gateway.errors import closing
 from gateway.providers.base import Provider
 from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.connection import Connection
+from gateway.shell.devices import Devices
 from gateway.shell.effects import Effects
 from gateway.shell.flag import Flag
 from gateway.shell.journal import Journal
@@ -63,6 +64,7 @@ from gateway.shell.session_queue import (
     Attach,
     CloseSocket,
     Detach,
+    Device,
     DriverEvent,
     FromClient,
     LetGo,
@@ -74,9 +76,18 @@ from gateway.shell.tool_runner import ToolRunner
 from gateway.shell.voice import AUDIO_OFF, SessionVoice, VoiceEffect, VoicePool
 from gateway.store import Lease, LeaseLost, Store
 from gateway.tools.toolbox import Toolbox
-from gateway.wire.v1 import Ack, Ping, SessionStart, SessionUpdate
+from gateway.wire.v1 import (
+    Ack,
+    Ping,
+    SessionGoingAway,
+    SessionStart,
+    SessionUpdate,
+    encode,
+)
 
-__all__ = ["Crewmate", "Driver"]
+__all__ = ["Crewmate", "Driver", "GoingAwayReason"]
+
+GoingAwayReason = Literal["shutdown", "session_moved", "max_socket_age"]
 
 log = structlog.get_logger("gateway.driver")
 
@@ -126,6 +137,7 @@ class Driver:
         "_check_schemas",
         "_clock",
         "_detached_at",
+        "_devices",
         "_effects",
         "_events",
         "_journal",
@@ -190,6 +202,7 @@ class Driver:
             model_step=self._model_step,
             voice=self._voice_effect,
         )
+        self._devices = Devices(self._effects, session)
         self._journal = Journal(
             session,
             store,
@@ -217,7 +230,26 @@ class Driver:
 
     @property
     def connection(self) -> Connection | None:
+        """The socket that attached last, if any (see ``connections``)."""
         return self._effects.conn
+
+    @property
+    def connections(self) -> list[Connection]:
+        """Every socket attached now: one, or one per device sharing the session."""
+        return list(self._effects.conns)
+
+    def going_away(
+        self, reason: GoingAwayReason, time_left: float, conn: Connection | None = None
+    ) -> None:
+        """Tell ``conn`` (every attached socket when ``None``) that the gateway closes it in
+        ``time_left`` seconds for its own reasons (``session.going_away``): its client
+        opens the next socket and resumes there first. Outside the session's log: news
+        about the socket, not the conversation."""
+        notice = SessionGoingAway(reason=reason, time_left=round(max(0.0, time_left), 3))
+        data = encode(notice)
+        for socket in self._effects.conns if conn is None else [conn]:
+            if socket in self._effects.conns and not socket.closing:
+                socket.send(notice, data)
 
     @property
     def detached_since(self) -> float | None:
@@ -243,17 +275,18 @@ class Driver:
         """The most client frames that waited in the session's queue at once so far."""
         return self._queue.client_backlog.peak
 
-    def feed_client(self, event: Event) -> None:
-        """Queue a frame a client sent, counted against ``max_client_events``; the caller
-        waits for ``client_room`` first. Model output, tool outcomes and sockets coming and
-        going (``feed``, ``attach``...) are never held back by client frames."""
+    def feed_client(self, event: Event, conn: Connection | None = None) -> None:
+        """Queue a frame a client sent (on ``conn``), counted against
+        ``max_client_events``; the caller waits for ``client_room`` first. Model output,
+        tool outcomes and sockets coming and going (``feed``, ``attach``...) are never held
+        back by client frames."""
         if self._queue.closed:
             return  # nobody applies it any more
         if type(event) is Ping and self._idle():
             self._receive(event)  # the short path (see the module docstring): a pong
             self._journal.flush_soon()
             return
-        self._queue.put_client(event)
+        self._queue.put_client(event, conn)
 
     async def feed_audio(self, pcm: bytes) -> None:
         """A binary frame the client sent: the user's audio (``gateway.shell.voice``);
@@ -300,9 +333,13 @@ class Driver:
         the loop (the short path). Such an event moves no deadline."""
         return self._queue.parked and self._quick and self._events.empty()
 
-    async def attach(self, conn: Connection, last_seq: int | None = None) -> bool:
+    async def attach(
+        self, conn: Connection, last_seq: int | None = None, device: Device | None = None
+    ) -> bool:
         """Ask the session to take ``conn`` as its socket; with ``last_seq``, to replay what
-        it missed first.
+        it missed first. With ``device``, the socket is that device's among others
+        (``session.attach``, or a resume naming its device); without, it takes the whole
+        session (a new one's socket, or a resume that takes it over).
 
         Returns:
             ``True`` once the session's loop took the socket (what it missed, or the
@@ -310,13 +347,15 @@ class Driver:
             the session is ending or has ended, at once or as soon as it ends: the socket
             then belongs to no session.
         """
-        return await self.attach_soon(conn, last_seq)
+        return await self.attach_soon(conn, last_seq, device)
 
-    def attach_soon(self, conn: Connection, last_seq: int | None = None) -> asyncio.Future[bool]:
+    def attach_soon(
+        self, conn: Connection, last_seq: int | None = None, device: Device | None = None
+    ) -> asyncio.Future[bool]:
         """``attach`` without waiting: the future gets its answer. Events fed after this
         call come after the socket is taken (a new session's first message, say), so its
         caller need not wait for the session's loop in between."""
-        return self._queue.attach(conn, last_seq)
+        return self._queue.attach(conn, last_seq, device)
 
     def detach(self, conn: Connection, *, end: bool = False) -> None:
         """``conn`` is gone; the session waits ``session_ttl`` for a resume, or with
@@ -361,9 +400,10 @@ class Driver:
                     event = self._timed_out(expiry)
                 if ROUNDS.over_budget(self._loop):
                     await asyncio.sleep(0)  # the streams first (see gateway.shell.rounds)
+                source = None
                 if isinstance(event, FromClient):
                     self._queue.client_backlog.took()
-                    event = event.event
+                    source, event = event.conn, event.event
                 elif isinstance(event, ModelOutput):
                     self._queue.model_backlog.took()
                 if isinstance(event, Attach | Detach | Stop | CloseSocket | TakePosts | LetGo):
@@ -375,10 +415,15 @@ class Driver:
                     await self._handle(event)
                     continue
                 if isinstance(event, Ack):
-                    await self._journal.trim(event.seq)
+                    await self._journal.trim(self._devices.acked(event.seq, source))
+                declared = None
+                if isinstance(event, SessionUpdate) and source is not None:
+                    event, declared = self._devices.merged(event, source)
                 if isinstance(event, SessionStart | SessionUpdate) and self._check_schemas:
                     await self._check_schemas(self.session.declared_schemas(event))
                 self._receive(event)
+                if declared is not None and isinstance(event, SessionUpdate):
+                    self._devices.took(event, source, declared)
                 self._batched += 1
                 if self._batched >= YIELD_EVERY or self._events.empty():
                     await self._flush()
@@ -467,12 +512,13 @@ class Driver:
         on (timed out) after it had reached the other node; its live socket is this one.
         """
         self.moved = True
+        self.going_away("session_moved", 0.0)
         self._end_socket("session_moved")
 
     def _end_socket(self, label: str, *, flush: bool = False) -> None:
-        """Close the session's socket, if one is attached, with the close for ``label``."""
-        if self._effects.conn is not None:
-            self._effects.conn.end(closing(label), flush=flush)
+        """Close the session's sockets, if any is attached, with the close for ``label``."""
+        for conn in list(self._effects.conns):
+            conn.end(closing(label), flush=flush)
 
     def _timed_out(self, expiry: float | None) -> Event:
         """The wait for the next event timed out: the session expired, or a deadline of
@@ -496,8 +542,14 @@ class Driver:
                 finally:  # should the replay fail, the resuming client still gets an answer
                     if not event.accepted.done():
                         event.accepted.set_result(False)
-            case Detach(conn=conn, end=end) if conn is self._effects.conn:
-                self._effects.conn, self._detached_at = None, self._clock()
+            case Detach(conn=conn, end=end) if conn in self._effects.conns:
+                self._effects.conns.remove(conn)
+                # A device's normal close ends the session only once every device has left.
+                end = self._devices.left(conn) if end else False
+                if self._effects.conns:  # the other devices carry on
+                    log.info("device_left", device=conn.device, done=end)
+                    return
+                self._detached_at = self._clock()
                 self.detached.set()
                 log.info("session_detached", last_seq=self.session.last_seq, ended=end)
                 self._effects.tell(lambda observer, now: observer.detached(ended=end, now=now))
@@ -510,11 +562,13 @@ class Driver:
                 # Handed over as it is: the node the client reconnects to carries it on
                 # from its last durable point (a step cut here runs again there).
                 self.moved = True
+                self.going_away("shutdown", 0.0)
                 self._end_socket("service_restart", flush=True)
                 await self._journal.release()
             case Stop():
                 self._receive(ShuttingDown())
                 await self._flush()
+                self.going_away("shutdown", 0.0)
                 self._end_socket("service_restart", flush=True)
                 self._receive(Disconnected())
                 await self._flush()
@@ -555,23 +609,42 @@ class Driver:
                 self._move()
                 event.accepted.set_result(False)
                 return
-        current = self._effects.conn
-        replaced = current if current is not conn else None
-        if replaced is not None:
-            log.info("session_taken_over")
-            replaced.end(closing("taken_over"))
-        self._effects.conn, self._detached_at = conn, None
+        replaced = self._devices.replaced_by(conn, event.device)
+        for old in replaced:
+            log.info("session_taken_over", device=old.device)
+            old.end(closing("taken_over"))
+        declared = self._devices.take(conn, event.device, replaced, acked=last_seq or 0)
+        self._detached_at = None
         self._effects.tell(
             lambda observer, now: observer.attached(
-                resumed=last_seq is not None, replaced=replaced is not None, now=now
+                resumed=last_seq is not None, replaced=bool(replaced), now=now
             )
         )
         self.detached.clear()
         if last_seq is not None:
-            self._effects.sent(replay(conn, self.session, last_seq, events, self._clock()))
+            joined = event.device is not None and event.device.device_id is None
+            self._effects.sent(
+                replay(
+                    conn,
+                    self.session,
+                    last_seq,
+                    events,
+                    self._clock(),
+                    joined=len(self._effects.conns) if joined else None,
+                    declared=self._effects.declared() if self._effects.routed else None,
+                )
+            )
             if store_error is not None:  # after the snapshot: the client resumed first
                 self._journal.store_down(store_error)
         event.accepted.set_result(True)
+        if declared is not None:
+            update = self._devices.declare(conn, declared, replaced)
+            if update is not None:  # the device's functions join the session's
+                if self._check_schemas:
+                    await self._check_schemas(self.session.declared_schemas(update))
+                self._receive(update)
+                self._devices.took(update, conn, frozenset(spec.name for spec in declared))
+                await self._flush()
 
     def _model_step(self, effect: CallModel) -> Coroutine[Any, Any, None]:
         """The work of a model step: the agent's model, streamed into this session."""

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+import msgspec
 import structlog
 
 from gateway.core.durability import Sends
@@ -39,11 +40,36 @@ from gateway.shell.connection import Connection
 from gateway.shell.observe import SessionObserver
 from gateway.shell.tool_runner import ToolRunner
 from gateway.shell.voice import VoiceEffect
-from gateway.wire.v1 import ServerMsg, encode
+from gateway.wire.v1 import ClientCall, ServerMsg, ToolCalls, encode
 
-__all__ = ["Effects"]
+__all__ = ["Effects", "calls_for", "for_device"]
 
 log = structlog.get_logger("gateway.driver")
+
+
+def calls_for(
+    calls: list[ClientCall], functions: frozenset[str], declared: frozenset[str]
+) -> list[ClientCall]:
+    """The calls of ``calls`` a device that declared ``functions`` gets, among devices that
+    declared ``declared`` in all: those of its functions, and those of no device's (a
+    client function of the agent's own, which every device of its app offers; a server
+    tool in manual mode; a widget: the user answers on any device)."""
+    return [c for c in calls if c.tool in functions or c.tool not in declared or c.kind != "client"]
+
+
+def for_device(
+    msg: ServerMsg, data: bytes, functions: frozenset[str], declared: frozenset[str]
+) -> tuple[ServerMsg, bytes]:
+    """An event as a device that declared ``functions`` gets it: a ``tool.calls`` without
+    the calls of other devices' functions (same ``seq``: none goes missing, possibly with
+    no call left); any other event as it is."""
+    if type(msg) is not ToolCalls:
+        return msg, data
+    calls = calls_for(msg.calls, functions, declared)
+    if len(calls) == len(msg.calls):
+        return msg, data
+    mine = msgspec.structs.replace(msg, calls=calls)
+    return mine, encode(mine)
 
 
 class Effects:
@@ -65,7 +91,9 @@ class Effects:
         "_tool_keys",
         "_tools",
         "_voice",
-        "conn",
+        "conns",
+        "declared",
+        "routed",
     )
 
     def __init__(
@@ -86,37 +114,68 @@ class Effects:
         """Model streams by step id and server tools by call id."""
         self._tool_keys: set[str] = set()
         """The keys of ``_tasks`` that are server tools."""
-        self.conn: Connection | None = None
-        """The session's socket, while one is attached (the driver attaches them)."""
+        self.conns: list[Connection] = []
+        """The session's sockets, in the order they attached (the driver attaches them):
+        one, or one per device when several share the session."""
+        self.routed = False
+        """Several devices joined the session: each socket gets the calls of the functions
+        its device declared (``addressed``), not every call."""
+        self.declared: Callable[[], frozenset[str]] = frozenset
+        """The names of the functions the session's devices declared, all together."""
 
     def add_observer(self, observer: SessionObserver) -> None:
         """Tell ``observer`` too about the session from now on."""
         self._observers = (*self._observers, observer)
 
+    @property
+    def conn(self) -> Connection | None:
+        """The socket that attached last, if any: the one that hears the session's audio."""
+        conns = self.conns
+        return conns[-1] if conns else None
+
     def carry_out(self, effects: list[Effect], sends: Sends) -> None:
         """Send the committed events, and start or stop what the other effects ask for."""
         self.sent([msg for msg, _ in sends])
-        conn = self.conn
+        conns = self.conns
         if len(sends) == len(effects):  # only events to send, as on the short path
-            if conn is not None:
-                conn.send_all(sends)  # all of them in one write
+            if len(conns) == 1 and not self.routed:
+                conns[0].send_all(sends)  # all of them in one write
+            else:
+                for conn in conns:
+                    conn.send_all(self.addressed(sends, conn))
             return
         encoded = iter(sends)
         for effect in effects:
             if type(effect) is Send:
                 msg, data = next(encoded)
-                if conn is not None:
-                    conn.queue(msg, data)
+                for conn in conns:
+                    if self.routed and conn.functions is not None:
+                        conn.queue(*for_device(msg, data, conn.functions, self.declared()))
+                    else:
+                        conn.queue(msg, data)
             elif type(effect) is not SaveCall:
                 self._execute(effect)
-        if conn is not None and sends:
-            conn.flush()
+        if sends:
+            for conn in conns:
+                conn.flush()
+
+    def addressed(self, sends: Sends, conn: Connection) -> Sends:
+        """``sends`` as ``conn`` gets them: with several devices, each ``tool.calls`` holds
+        only the calls of the functions ``conn``'s device declared (see ``for_device``)."""
+        functions = conn.functions
+        if not self.routed or functions is None:
+            return sends
+        if all(type(msg) is not ToolCalls for msg, _ in sends):
+            return sends
+        declared = self.declared()
+        return [for_device(msg, data, functions, declared) for msg, data in sends]
 
     def send_now(self, msg: ServerMsg) -> None:
-        """Send ``msg`` on the socket, if one is attached, outside the session's log: news
-        about the session itself (its store does not answer)."""
-        if self.conn is not None:
-            self.conn.send(msg, encode(msg))
+        """Send ``msg`` on every attached socket, outside the session's log: news about the
+        session itself (its store does not answer)."""
+        data = encode(msg)
+        for conn in self.conns:
+            conn.send(msg, data)
 
     def sent(self, msgs: Iterable[ServerMsg]) -> None:
         """Tell the observers the session sent ``msgs``."""

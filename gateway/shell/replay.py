@@ -9,13 +9,22 @@ the session, it gets the ``resume_gap`` error and a snapshot to rebuild from ins
 
 from __future__ import annotations
 
+import msgspec
 import structlog
 
 from gateway.core.session import Session
 from gateway.errors import StoreUnavailable
 from gateway.shell.connection import Connection
+from gateway.shell.effects import calls_for, for_device
 from gateway.store import Lease, Store
-from gateway.wire.v1 import Error, ServerMsg, SessionResumed, encode
+from gateway.wire.v1 import (
+    Error,
+    ServerMsg,
+    SessionAttached,
+    SessionResumed,
+    decode_server,
+    encode,
+)
 
 __all__ = ["missed", "replay"]
 
@@ -42,10 +51,25 @@ async def missed(
 
 
 def replay(
-    conn: Connection, session: Session, last_seq: int, events: list[bytes] | None, now: float
+    conn: Connection,
+    session: Session,
+    last_seq: int,
+    events: list[bytes] | None,
+    now: float,
+    *,
+    joined: int | None = None,
+    declared: frozenset[str] | None = None,
 ) -> tuple[ServerMsg, ...]:
     """Send a resuming client what it missed (``events``, from ``missed``), before any
     live event; or the ``resume_gap`` error and a snapshot if it cannot be replayed.
+
+    Args:
+        joined: for a device that joined the session (``session.attach``): how many sockets
+            are attached now; it is answered ``session.attached`` instead of
+            ``session.resumed``.
+        declared: when several devices share the session, the functions they declared in
+            all: ``conn`` gets only the calls of its device's (``Connection.functions``)
+            and of no device's.
 
     Returns:
         The events made for this replay, for the session's observers (the replayed ones
@@ -63,19 +87,49 @@ def replay(
         )
         error = Error(code="resume_gap", message=f"{why}; rebuild from the snapshot")
         snapshot = session.snapshot(now)
+        if conn.device is not None:
+            snapshot = msgspec.structs.replace(snapshot, device_id=conn.device)
+        if declared is not None and conn.functions is not None:
+            open_calls = calls_for(snapshot.open_calls, conn.functions, declared)
+            snapshot = msgspec.structs.replace(snapshot, open_calls=open_calls)
         conn.replay(encode(error))
         conn.replay(encode(snapshot))
         return error, snapshot
-    resumed = SessionResumed(
-        session_id=session.session_id,
-        replayed_from=last_seq + 1,
-        last_seq=head,
-        agent=session.agent,
-        open_calls=session.open_client_calls(now),
-        open_confirmations=session.open_confirmations(now),
-    )
-    conn.replay(encode(resumed))
+    functions = conn.functions if declared is not None else None
+    open_calls = session.open_client_calls(now)
+    if functions is not None and declared is not None:
+        open_calls = calls_for(open_calls, functions, declared)
+    answer: SessionResumed | SessionAttached
+    if joined is None:
+        answer = SessionResumed(
+            session_id=session.session_id,
+            replayed_from=last_seq + 1,
+            last_seq=head,
+            agent=session.agent,
+            open_calls=open_calls,
+            open_confirmations=session.open_confirmations(now),
+            device_id=conn.device,
+        )
+    else:
+        answer = SessionAttached(
+            session_id=session.session_id,
+            device_id=conn.device or "",
+            replayed_from=last_seq + 1,
+            last_seq=head,
+            agent=session.agent,
+            open_calls=open_calls,
+            open_confirmations=session.open_confirmations(now),
+            devices=joined,
+        )
+    conn.replay(encode(answer))
     for data in events:
+        if functions is not None and declared is not None and _TOOL_CALLS in data:
+            data = for_device(decode_server(data), data, functions, declared)[1]
         conn.replay(data)
-    log.info("session_resumed", last_seq=last_seq, replayed=len(events))
-    return (resumed,)
+    log.info("session_resumed", last_seq=last_seq, replayed=len(events), joined=joined)
+    return (answer,)
+
+
+_TOOL_CALLS = b'"type":"tool.calls"'
+"""In the bytes of every logged ``tool.calls`` (and of few other events: a tool's own
+arguments might hold it): a cheap test before the decode that tells for sure."""

@@ -14,6 +14,7 @@ import secrets
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -39,7 +40,7 @@ from gateway.shell.observe import LogObserver, SessionObserver
 from gateway.shell.schema_worker import SchemaWorker
 from gateway.shell.voice import VoicePool
 from gateway.store import Lease, SessionRecord, Store, store_from_config
-from gateway.wire.v1 import Limits, SessionResume
+from gateway.wire.v1 import Limits, SessionAttach, SessionResume
 
 __all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "new_id"]
 
@@ -47,6 +48,9 @@ log = structlog.get_logger("gateway.app")
 
 _READY_TIMEOUT = 1.0
 """Seconds the store has to answer ``/readyz``'s ping."""
+_MOVE_WAIT = 2.0
+"""Seconds after ``session.going_away`` at shutdown a session's clients have to resume on
+another node before it is handed over anyway (the SDKs take milliseconds)."""
 _END_WAIT = 2.0
 """Seconds ``end_session`` waits for a session driven here to have ended (it goes on
 ending after)."""
@@ -313,7 +317,7 @@ class Runtime:
         return self._drive(session, principal, lease, adopted_from=seq)
 
     async def find_session(
-        self, msg: SessionResume, principal: str = "anonymous"
+        self, msg: SessionResume | SessionAttach, principal: str = "anonymous"
     ) -> Driver | ResumeRefusal:
         """The live session a ``session.resume`` by ``principal`` names, taken over from
         another node if need be, or the close code and reason refusing it (only the
@@ -390,12 +394,13 @@ class Runtime:
             await driver.run()
         except Exception:
             log.exception("session_crashed")
-            if driver.connection is not None:
-                driver.connection.close(closing("internal").code)  # our bug: no reason text
+            for conn in driver.connections:
+                conn.close(closing("internal").code)  # our bug: no reason text
         else:
-            if driver.connection is not None and not driver.connection.closing:
-                ended = closing("session_ended")
-                driver.connection.close(ended.code, ended.reason, flush=True)
+            ended = closing("session_ended")
+            for conn in driver.connections:
+                if not conn.closing:
+                    conn.close(ended.code, ended.reason, flush=True)
         finally:
             if self.drivers.get(driver.session_id) is driver:
                 del self.drivers[driver.session_id]
@@ -412,16 +417,26 @@ class Runtime:
 
     async def shutdown(self, grace: float) -> None:
         """Graceful stop: refuse new sockets and sessions, let running responses finish for
-        up to ``grace`` seconds, then cut them and close every socket with 1012.
+        up to ``grace`` seconds, then cut them and close every socket with 1012, each told
+        first (``session.going_away``).
+
+        With a durable store a session moves to another node without a gap: once its
+        response is done, its sockets are told the node is going away (``time_left``: what
+        is left of ``grace``), and the clients resume on other nodes ahead of the close
+        (the SDKs do it at the notice), which takes the session over from this one. It is
+        handed over here once it has moved, or has no socket, or ``_MOVE_WAIT`` seconds
+        after the notice (a client that did not move).
 
         Every session live at any moment until this returns is stopped, including one that
         started (or was taken over from another node) during the grace period.
         """
         self.closing = True
-        log.info("shutdown_started", sessions=len(self.drivers), grace=grace)
+        drivers = list(self.drivers.values())
+        log.info("shutdown_started", sessions=len(drivers), grace=grace)
+        deadline = asyncio.get_running_loop().time() + grace
         try:
             async with asyncio.timeout(grace):
-                await asyncio.gather(*(d.quiet.wait() for d in list(self.drivers.values())))
+                await asyncio.gather(*(self._wind_down(d, deadline) for d in drivers))
         except TimeoutError:
             log.warning("shutdown_cutting_responses")
         stopped: list[Driver] = []
@@ -431,7 +446,7 @@ class Runtime:
                 driver.stop()
             stopped += drivers
             await asyncio.gather(*list(self._runs.values()), return_exceptions=True)
-        closing = [d.connection.done.wait() for d in stopped if d.connection is not None]
+        closing = [conn.done.wait() for d in stopped for conn in d.connections]
         try:
             async with asyncio.timeout(5.0):
                 await asyncio.gather(*closing)
@@ -440,6 +455,26 @@ class Runtime:
         for agent in self.agents.values():
             await agent.provider.aclose()
         log.info("shutdown_finished", sessions=len(stopped))
+
+    async def _wind_down(self, driver: Driver, deadline: float) -> None:
+        """Until ``driver`` may be stopped at shutdown (by ``deadline`` at the latest): its
+        response is done and, with a durable store, its clients were told and moved on
+        (or ``_MOVE_WAIT`` passed, or it has no socket). Told only once its response is
+        done: a client moving mid-answer would have the answer's step run again."""
+        await driver.quiet.wait()
+        run = self._runs.get(driver.session_id)
+        if not self.durable or run is None or run.done() or driver.detached.is_set():
+            return  # nowhere to move to, or nobody to tell
+        driver.going_away("shutdown", deadline - asyncio.get_running_loop().time())
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(driver.detached.wait()),
+            asyncio.shield(run),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=_MOVE_WAIT)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
 
 def _shutting_down() -> TooManySessions:

@@ -21,12 +21,14 @@ from gateway.core.event import Event, Tick
 from gateway.shell.connection import Connection
 from gateway.shell.flag import Mailbox
 from gateway.shell.inbox import Backlog
+from gateway.wire.v1 import ToolSpec
 
 __all__ = [
     "YIELD_EVERY",
     "Attach",
     "CloseSocket",
     "Detach",
+    "Device",
     "DriverEvent",
     "FromClient",
     "LetGo",
@@ -53,6 +55,19 @@ class Attach(msgspec.Struct, frozen=True):
     accepted: asyncio.Future[bool]
     """Resolved by the session's loop: ``True`` once it took the socket, ``False`` when the
     session ended first."""
+    device: Device | None = None
+    """Who the socket is among the session's devices, for ``session.attach`` and a resume
+    that names its device; ``None``: the socket takes the whole session (a new session's,
+    or a resume without a device, which takes it over from every other socket)."""
+
+
+class Device(msgspec.Struct, frozen=True):
+    """The device a socket attaches as."""
+
+    device_id: str | None
+    """``None``: a device joining (``session.attach``): it gets a new id."""
+    functions: list[ToolSpec] | None
+    """The client functions it declares (``None``: as before, for a device resuming)."""
 
 
 class Detach(msgspec.Struct, frozen=True):
@@ -88,6 +103,8 @@ class FromClient(msgspec.Struct, frozen=True):
     """A frame the client sent, counted against the session's client backlog."""
 
     event: Event
+    conn: Connection | None = None
+    """The socket it came from (the session's only one when ``None``)."""
 
 
 DriverEvent = Attach | Detach | Stop | CloseSocket | TakePosts | LetGo
@@ -132,20 +149,22 @@ class SessionQueue:
         """Set once the loop has stopped taking events (``drain``): an attach or a client
         frame is refused at once."""
 
-    def attach(self, conn: Connection, last_seq: int | None) -> asyncio.Future[bool]:
+    def attach(
+        self, conn: Connection, last_seq: int | None, device: Device | None = None
+    ) -> asyncio.Future[bool]:
         """Queue the attach of ``conn`` (see ``Driver.attach_soon``): the future says
         whether the session took it."""
         accepted: asyncio.Future[bool] = self._loop.create_future()
         if self.closed:
             accepted.set_result(False)
         else:
-            self.events.put_nowait(Attach(conn, last_seq, accepted))
+            self.events.put_nowait(Attach(conn, last_seq, accepted, device))
         return accepted
 
-    def put_client(self, event: Event) -> None:
+    def put_client(self, event: Event, conn: Connection | None = None) -> None:
         """Queue a frame a client sent, counted against ``max_client_events``."""
         self.client_backlog.add()
-        self.events.put_nowait(FromClient(event))
+        self.events.put_nowait(FromClient(event, conn))
 
     async def next(self, due: float | None, expiry: float | None) -> Queued | None:
         """The next event to apply, waiting for one if need be.

@@ -30,6 +30,7 @@ from gateway.core.inbound import (
     ResponseCancel,
     ResponseStatus,
     ResponseTruncate,
+    SessionAttach,
     SessionResume,
     SessionStart,
     SessionUpdate,
@@ -43,6 +44,7 @@ from gateway.core.inbound import (
     WidgetField,
 )
 from gateway.core.outbound import (
+    FIRST_DEVICE,
     PROTOCOL_VERSION,
     AgentTransferred,
     AudioDone,
@@ -62,8 +64,10 @@ from gateway.core.outbound import (
     ResponseRetrying,
     ResponseTruncated,
     ServerMsg,
+    SessionAttached,
     SessionCreated,
     SessionEnded,
+    SessionGoingAway,
     SessionResumed,
     SessionSnapshot,
     SessionUpdated,
@@ -80,6 +84,7 @@ from gateway.core.outbound import (
 
 __all__ = [
     "CLIENT_MESSAGE_TYPES",
+    "FIRST_DEVICE",
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
     "TOKEN_SUBPROTOCOL_PREFIX",
@@ -114,8 +119,11 @@ __all__ = [
     "ResponseTruncate",
     "ResponseTruncated",
     "ServerMsg",
+    "SessionAttach",
+    "SessionAttached",
     "SessionCreated",
     "SessionEnded",
+    "SessionGoingAway",
     "SessionResume",
     "SessionResumed",
     "SessionSnapshot",
