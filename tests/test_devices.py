@@ -17,6 +17,7 @@ import websockets
 
 from client_sdk import Conversation, connect, connect_raw
 from client_sdk.connection import Connection
+from client_sdk.framing import Protocol
 from gateway.agent.file import DEMO_AGENT
 from gateway.errors import CloseCode
 from gateway.wire.v1 import (
@@ -101,11 +102,12 @@ async def test_a_call_runs_on_the_device_that_offers_it_and_both_see_the_answer(
             laptop_events.stop()
 
 
+@pytest.mark.parametrize("protocol", ["json", "msgpack"])
 async def test_the_first_answer_wins_and_the_other_device_stops_its_run(
-    gateway: Gateway,
+    gateway: Gateway, protocol: Protocol
 ) -> None:
     slow_run_cancelled = asyncio.Event()
-    async with connect(gateway.url) as laptop:
+    async with connect(gateway.url, protocol=protocol) as laptop:
 
         @laptop.client_function("get_battery_level")
         async def slow_battery() -> dict[str, Any]:
@@ -117,7 +119,9 @@ async def test_the_first_answer_wins_and_the_other_device_stops_its_run(
             raise AssertionError("unreachable")
 
         created = await laptop.start()
-        async with connect(gateway.url, join=(created.session_id, created.resume_token)) as phone:
+        async with connect(
+            gateway.url, join=(created.session_id, created.resume_token), protocol=protocol
+        ) as phone:
 
             @phone.client_function("get_battery_level")
             async def battery() -> dict[str, Any]:
@@ -237,6 +241,7 @@ async def test_a_device_resumes_as_itself_and_the_others_stay(gateway: Gateway) 
             # The laptop is still attached: it gets what the phone's turn says.
             await again.send(UserMessage(text="hello there"))
             await events_until(laptop, ResponseDone)
+            await events_until(again, ResponseDone)  # read: a client that reads not closes slowly
             assert attached.device_id in {
                 c.device for c in gateway.runtime.drivers[created.session_id].connections
             }

@@ -13,6 +13,7 @@ import pytest
 import websockets
 
 from client_sdk import connect, connect_raw
+from client_sdk.framing import Protocol
 from gateway.agent.file import DEMO_AGENT
 from gateway.errors import CloseCode
 from gateway.wire.v1 import (
@@ -43,8 +44,11 @@ async def aging() -> AsyncIterator[str]:
         yield gateway.url
 
 
-async def test_the_sdk_moves_to_a_new_socket_before_the_old_one_ages_out(aging: str) -> None:
-    async with connect(aging) as conv:
+@pytest.mark.parametrize("protocol", ["json", "msgpack"])
+async def test_the_sdk_moves_to_a_new_socket_before_the_old_one_ages_out(
+    aging: str, protocol: Protocol
+) -> None:
+    async with connect(aging, protocol=protocol) as conv:
         seen = record(conv)
         await conv.start()
         first_socket = conv._ws
