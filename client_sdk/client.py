@@ -72,6 +72,7 @@ from client_sdk.resume import (
 from client_sdk.server_tools import ServerToolHandler, decide
 from client_sdk.tasks import Background
 from client_sdk.widgets import WidgetHandler, ask_user
+from gateway.errors import CloseCode
 from gateway.wire.audio_frame import AnswerAudio
 from gateway.wire.v1 import (
     PROTOCOL_VERSION,
@@ -273,6 +274,8 @@ class Conversation:
         """The move to a new socket after ``session.going_away``, while it runs."""
         self._holding = False
         """User messages wait in the outbox for the move's new socket (``_move``)."""
+        self._moved_from: ClientConnection | None = None
+        """The socket a move (``_move``) started from, last."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -724,7 +727,12 @@ class Conversation:
                 if websocket is not self._ws:
                     continue  # moved to the next socket (session.going_away): read that one
                 closed = closed_with(exc)
-                if closed.closed_with in FINAL_CLOSES or not self._reconnect:
+                # A 4009 after a move whose answer never came: the move's own resume replaced
+                # this socket, and the session goes on; resume again.
+                replaced = (
+                    websocket is self._moved_from and closed.closed_with == CloseCode.TAKEN_OVER
+                )
+                if (closed.closed_with in FINAL_CLOSES and not replaced) or not self._reconnect:
                     self._finish(closed)
                     return
                 if self.session is None:  # nothing to resume: a new socket, a new start
@@ -905,6 +913,7 @@ class Conversation:
         move and run again on the next (so they go on the old one only if the move fails).
         """
         self._holding = True
+        self._moved_from = self._ws
         try:
             old = self._ws
             resumed = await self._reconnector.ahead(self._resume(), time_left)

@@ -3,7 +3,9 @@
  * answer them, each call run (and each confirmation asked) once per call id, however often
  * `tool.calls`, `open_calls`, a replay or a resume brings it again. What to answer is the
  * concern of functions.js, server-tools.js, widgets.js and confirm.js; what is sent is kept in
- * the outbox until the gateway confirms it.
+ * the outbox until the gateway confirms it. A call that ends while this device still runs it
+ * (another device answered it first, or it was cancelled or expired: a `tool.status` says
+ * so) is stopped, its handler's signal aborted, and nothing is sent for it.
  * @module calls
  */
 
@@ -26,7 +28,7 @@ import { askUser } from "./widgets.js";
 /** @typedef {import("./widgets.js").WidgetHandler} WidgetHandler */
 /** @typedef {import("./outbox.js").Outbox} Outbox */
 
-/** tool.status values that end a call: a widget still asking stops (its signal aborts). */
+/** tool.status values that end a call: a handler still running it stops (its signal aborts). */
 const CALL_ENDED = new Set(["completed", "failed", "cancelled", "expired"]);
 
 export class Calls {
@@ -52,8 +54,8 @@ export class Calls {
     this._ran = new Set();
     /** @type {Map<string, AbortController>} handlers still running */
     this._running = new Map();
-    /** @type {Set<string>} widget calls whose handler is still running */
-    this._widgetCalls = new Set();
+    /** @type {Set<string>} running calls a tool.status ended: nothing is sent for them */
+    this._endedCalls = new Set();
     /** @type {Set<string>} every call id whose confirmation was asked (once per call id) */
     this._asked = new Set();
     /** @type {Map<string, AbortController>} confirmation handlers still running */
@@ -72,7 +74,10 @@ export class Calls {
     this._ran.add(call.call_id);
     const abort = new AbortController();
     this._running.set(call.call_id, abort);
-    this._execute(call, abort).finally(() => this._running.delete(call.call_id));
+    this._execute(call, abort).finally(() => {
+      this._running.delete(call.call_id);
+      this._endedCalls.delete(call.call_id);
+    });
   }
 
   /** Ask the user about a call unless it was asked already (tool.confirm, open_confirmations). */
@@ -85,12 +90,21 @@ export class Calls {
     this._confirmCall(item, abort).finally(() => this._asking.delete(item.call_id));
   }
 
-  /** @param {ToolStatus} event */
+  /**
+   * A call still running here ended without this device's answer (another device's result
+   * came first, or it was cancelled or expired): stop it (its signal aborts) and send nothing.
+   * @param {ToolStatus} event
+   */
   onStatus(event) {
-    if (this._widgetCalls.has(event.call_id) && CALL_ENDED.has(event.status)) {
-      // the call ended without the user's answer: stop asking, send nothing
-      this._running.get(event.call_id)?.abort(new ClientError(`the call was ${event.status}`));
-    }
+    const running = this._running.get(event.call_id);
+    if (!running || !CALL_ENDED.has(event.status)) return;
+    this._endedCalls.add(event.call_id);
+    running.abort(new ClientError(`the call was ${event.status}`));
+  }
+
+  /** Whether nothing is to be sent for `callId`: the conversation or the call ended. */
+  _unanswerable(callId) {
+    return this._ended() !== null || this._endedCalls.has(callId);
   }
 
   /**
@@ -123,7 +137,7 @@ export class Calls {
     if (call.kind === "server") {
       // manual tool mode: never a client function's call
       const outcome = await decide(this.serverTool, call, abort);
-      if (this._ended()) return; // closed: nobody to answer
+      if (this._unanswerable(call.call_id)) return; // closed, or the call ended elsewhere
       if ("run" in outcome) {
         this._outbox.keepRun(outcome.run, call.tool);
         this._send(outcome.run);
@@ -138,7 +152,7 @@ export class Calls {
       return;
     }
     const result = await answer(fn, call, abort);
-    if (this._ended()) return; // closed: nobody to answer
+    if (this._unanswerable(call.call_id)) return; // closed, or the call ended elsewhere
     this._sendResult(result);
   }
 
@@ -148,14 +162,8 @@ export class Calls {
    * @param {ClientCall} call @param {WidgetHandler} handler @param {AbortController} abort
    */
   async _showWidget(call, handler, abort) {
-    this._widgetCalls.add(call.call_id);
-    let result;
-    try {
-      result = await askUser(handler, call, abort);
-    } finally {
-      this._widgetCalls.delete(call.call_id);
-    }
-    if (result === null || this._ended()) return;
+    const result = await askUser(handler, call, abort);
+    if (result === null || this._unanswerable(call.call_id)) return;
     this._sendResult(result);
   }
 

@@ -13,6 +13,7 @@ import { RUN_ON_GATEWAY } from "./server-tools.js";
 
 /** @typedef {import("./protocol.js").ServerEvent} ServerEvent */
 /** @typedef {import("./protocol.js").SessionCreated} SessionCreated */
+/** @typedef {import("./protocol.js").JoinedSession} JoinedSession */
 /** @typedef {import("./errors.js").ClientError} ClientError */
 /** @typedef {import("./errors.js").SessionClosed} SessionClosed */
 /** @typedef {import("./connection.js").ConnectionState} ConnectionState */
@@ -53,9 +54,25 @@ export class GatewayClient {
     this._conv = new Conversation(url, options);
   }
 
-  /** The `session.created` event, or `null` before the session starts. @type {SessionCreated | null} */
+  /**
+   * The `session.created` event, or `null` before the session starts. On a device that
+   * joined the session (the `join` option), what the SDK made of the join's answer: its
+   * `session_id`, `resume_token`, `device_id` and `agent`.
+   * @type {SessionCreated | JoinedSession | null}
+   */
   get session() {
     return this._conv.session;
+  }
+
+  /**
+   * This device's id among the session's devices (`session.created`'s, `session.attached`'s,
+   * or the latest `session.resumed`'s), or `null` (not started yet, or a gateway that names
+   * none). Every resume names it, with the client functions registered then, so that a
+   * reconnect replaces this device's socket only and the session's other devices stay on.
+   * @type {string | null}
+   */
+  get deviceId() {
+    return this._conv.deviceId;
   }
 
   /**
@@ -100,9 +117,16 @@ export class GatewayClient {
    * Every client function registered by then is declared in `session.start`. When the socket
    * drops before `session.created` (nothing is lost yet), `session.start` is sent again on a
    * new socket, with the reconnects' backoff.
-   * @returns {Promise<SessionCreated>}
+   *
+   * With the `join` option it joins that session instead: `session.attach` (with the
+   * client functions registered by then, and `last_seq` 0) goes in place of `session.start`,
+   * and it resolves once the gateway answers (`session.attached`, or `resume_gap` then
+   * `session.snapshot`), with the `JoinedSession`; the events the gateway still has are
+   * replayed to the listeners, and the calls still open for this device's functions run.
+   * @returns {Promise<SessionCreated | JoinedSession>}
    * @throws {ServerError} the gateway refused `session.start`.
-   * @throws {SessionClosed} the session ended first.
+   * @throws {SessionClosed} the session ended first, or the gateway refused the join (4004
+   *   unknown session, 4008 expired, 4003 another principal's).
    */
   start() {
     return this._conv.start();
@@ -114,8 +138,9 @@ export class GatewayClient {
    * `connect()` and `start()`. The events after `lastSeq` are replayed to the listeners
    * (or `resume_gap` and `session.snapshot` when the gateway no longer has them all), and
    * the calls still open are run, as after any resume. It does not count in `reconnects`.
-   * @param {SessionCreated} session That session's `session.created` (its `session_id`
-   *   and `resume_token` at least), kept by the app.
+   * @param {SessionCreated | JoinedSession} session That session's `session.created` (its
+   *   `session_id` and `resume_token` at least), kept by the app; with its `device_id`, the
+   *   resume replaces only that device's socket (a page reloaded), not the other devices'.
    * @param {number} [lastSeq] The highest `seq` the app has handled (0: all the gateway has).
    * @returns {Promise<void>}
    * @throws {SessionClosed} the gateway refused (4001, 4004, 4008) or could not be reached
@@ -148,12 +173,16 @@ export class GatewayClient {
 
   /**
    * End the session: the socket is closed with code 1000, which tells the gateway the
-   * client is done. Pending `say()` iterators and `events()` throw `SessionClosed` (1000).
+   * client is done. With several devices on the session, only this device leaves: the
+   * session ends with the last one. Pending `say()` iterators and `events()` throw `SessionClosed` (1000).
    * Between reconnect attempts (or during one, which is dropped) there is no socket to
-   * close: a short-lived one resumes the session and closes with 1000 once the gateway
-   * answered, so the session ends at once all the same; should that fail, the gateway ends
-   * it after its `session_ttl`. Nothing of that socket reaches the listeners.
-   * @returns {Promise<void>} settled once the socket reports its close (at most ~1 s).
+   * close: `DELETE /v1/sessions/{id}` (the resume token as its credential) ends the session
+   * at once all the same; a request not answered within 0.8 s is abandoned, and the gateway
+   * then ends the session after its `session_ttl`. A device that joined (the `join` option)
+   * sends no DELETE, which would end the session for every device: without a socket it just
+   * stops, and the gateway drops its device when the resume window runs out.
+   * @returns {Promise<void>} settled once the socket reports its close, or the DELETE is
+   *   answered (at most ~1 s).
    */
   close() {
     return this._conv.close();

@@ -5,6 +5,16 @@
  * does both). It holds its collaborators: the reconnector (resume.js: the socket, and getting
  * another), the outbox (what goes again after a resume), the calls (calls.js: client
  * functions and handlers) and the listeners and queues (events.js).
+ *
+ * Several devices on one session: this device's id (`session.created`'s, `session.attached`'s
+ * or `session.resumed`'s) goes in every resume with the functions registered now, so a
+ * reconnect replaces this device's socket only. With the `join` option the first socket sends
+ * `session.attach` instead of `session.start`, and `session.attached` (or, on a gap,
+ * `resume_gap` then `session.snapshot`) answers it as `session.created` would, its replay
+ * following. `session.going_away` hands the socket's end to the reconnector (an early
+ * resume on a second socket: `Reconnector.goingAway`) and reaches the app like any event;
+ * while that runs, user messages wait in the outbox for the new socket. A device that joined
+ * never ends the session with a DELETE: that would end it for every device.
  * @module conversation
  */
 
@@ -15,10 +25,11 @@ import { ClientError, ServerError, SessionClosed } from "./errors.js";
 import { EventHub } from "./events.js";
 import { Outbox } from "./outbox.js";
 import { defaultsFields, messageFields, readOptions } from "./options.js";
-import { DEFAULTS, compact, parseEvent, randomId } from "./protocol.js";
+import { DEFAULTS, attachOf, compact, parseEvent, randomId } from "./protocol.js";
 import { Reconnector } from "./resume.js";
 
 /** @typedef {import("./protocol.js").SessionCreated} SessionCreated */
+/** @typedef {import("./protocol.js").JoinedSession} JoinedSession */
 /** @typedef {import("./protocol.js").ClientCall} ClientCall */
 /** @typedef {import("./protocol.js").ConfirmItem} ConfirmItem */
 /** @typedef {import("./options.js").GatewayClientOptions} GatewayClientOptions */
@@ -34,6 +45,8 @@ export class Conversation {
     const settings = readOptions(options);
     /** what session.start sets besides the client functions */
     this._startFields = settings.startFields;
+    /** @type {{sessionId: string, resumeToken: string} | null} the session this device joins, if it joins one */
+    this._join = settings.join;
     this._ackEvery = settings.ackEvery;
 
     /** the listeners, and the queues of say() and events() */
@@ -59,8 +72,10 @@ export class Conversation {
     this._end = null;
 
     this._sinceAck = 0;
-    /** @type {SessionCreated | null} */
+    /** @type {SessionCreated | JoinedSession | null} */
     this.session = null;
+    /** @type {string | null} this device's id among the session's: what a resume names */
+    this.deviceId = null;
     /** @type {string | null} */
     this.agent = null;
     /** @type {string | null} the latest response that started (`truncate`'s default) */
@@ -112,6 +127,7 @@ export class Conversation {
       throw new ClientError("resume() must come first, in place of connect() and start()");
     }
     this.session = session;
+    this.deviceId = session.device_id ?? null; // a page reloaded resumes as the device it was
     this.agent = session.agent ?? null; // the resume's answer says if it changed since
     this.lastSeq = Math.max(0, Math.floor(Number(lastSeq)) || 0);
     const connected = (this._connected = deferred());
@@ -137,7 +153,10 @@ export class Conversation {
 
   /** What close() does, once. */
   async _shutDown() {
-    const session = this._end === null ? this.session : null; // a session that ended already needs no ending
+    // A session that ended already needs no ending; a device that joined leaves the session
+    // to the others (without a socket it has nothing to take out of it: a DELETE would end
+    // the session for every device).
+    const session = this._end === null && this._join === null ? this.session : null;
     const sockets = this._link.sockets();
     this._finish(new SessionClosed(1000, "closed by the client")); // drops the attempt in flight
     await this._link.close(sockets, session);
@@ -176,8 +195,12 @@ export class Conversation {
   post(text, options) {
     const id = randomId("msg_");
     const msg = { type: "user.message", id, text, ...messageFields(options) };
+    if (this._end) throw this._end;
     this._outbox.keep(msg);
-    this.send(msg);
+    // During a move (session.going_away) it waits in the outbox for the new socket: sent on
+    // the old one, its response would start on the node going away, to be cut there by the
+    // move and run again on the next. The outbox goes again on whichever socket serves after.
+    if (!this._link.moving) this.send(msg);
     return id;
   }
 
@@ -268,15 +291,19 @@ export class Conversation {
       ended: () => this._end,
       session: () => this.session,
       lastSeq: () => this.lastSeq,
+      device: () => (this.deviceId ? { device_id: this.deviceId, client_functions: this.calls.specs() } : null),
       startWanted: () => this._created !== null && this.session === null && !this._refused,
       startRefused: () => this.session === null && this._refused,
       startMessages: () => [
-        { type: "session.start", ...this._startFields, client_functions: this.calls.specs() },
+        this._join
+          ? attachOf(this._join.sessionId, this._join.resumeToken, this.calls.specs())
+          : { type: "session.start", ...this._startFields, client_functions: this.calls.specs() },
         ...this._outbox.sent.values(), // a session started anew gets the updates not answered yet
       ],
       opened: () => this._connected?.resolve(),
       onFrame: (data) => this._onFrame(data),
       afterResume: (first, gap) => this._afterResume(first, gap),
+      resendOutbox: () => this._resendOutbox(),
       finish: (error) => this._finish(error),
       emit: (type, payload) => this.events.emit(type, payload),
     };
@@ -322,7 +349,11 @@ export class Conversation {
     }
     switch (event.type) {
       case "session.created":
+        // Once the session is known, a session.created is a replay (a resume from seq 0, a
+        // joined device's replay: its device_id is the starter's), for the app only.
+        if (this.session !== null) break;
         this.session = event;
+        this.deviceId = event.device_id ?? null;
         this.agent = event.agent;
         this._created?.resolve(event);
         this._link.started();
@@ -330,8 +361,23 @@ export class Conversation {
       case "agent.transferred":
         this.agent = event.agent;
         break;
+      case "session.attached":
+        if (this.session === null && this._join) {
+          this._joined(event);
+          return;
+        }
+        break;
+      case "session.snapshot":
+        if (this.session === null && this._join) {
+          this._joined(event); // after resume_gap: the join's answer, with no replay
+          return;
+        }
+        break;
+      case "session.going_away":
+        this._link.goingAway(event.time_left); // the early resume starts; the app hears of it too
+        break;
       case "error":
-        if (this.session === null && this._created) {
+        if (this.session === null && this._created && event.code !== "resume_gap") {
           // session.start refused (invalid_message, forbidden...): not sent again
           this._refused = true;
           this._created.reject(new ServerError(event));
@@ -377,6 +423,7 @@ export class Conversation {
     if ((first.type === "session.snapshot" || first.type === "session.resumed") && first.agent) {
       this.agent = first.agent;
     }
+    if (first.type === "session.resumed" && first.device_id) this.deviceId = first.device_id;
     if (first.type === "session.snapshot" && gap) {
       this.lastSeq = first.last_seq;
       openCalls = first.open_calls;
@@ -390,10 +437,39 @@ export class Conversation {
       this._onEvent(first);
     }
     if (this._end || this._link.ws === null) return;
-    // What may have been lost on the way out goes again; the gateway applies it once.
-    for (const msg of this._outbox.resend()) this._link.send(msg);
+    this._resendOutbox();
     for (const call of openCalls) this.calls.run(call);
     for (const item of openConfirmations) this.calls.ask(item);
+  }
+
+  /** What may have been lost on the way out goes again; the gateway applies each message once. */
+  _resendOutbox() {
+    for (const msg of this._outbox.resend()) this._link.send(msg);
+  }
+
+  /**
+   * The gateway answered this device's `session.attach` (the `join` option): `session.attached`,
+   * or on a gap `session.snapshot` (after the `resume_gap` error, already delivered). The
+   * session is known from now on (`start()` resolves); the replay, if any, follows.
+   * @param {any} answer
+   */
+  _joined(answer) {
+    const join = /** @type {{sessionId: string, resumeToken: string}} */ (this._join);
+    this.deviceId = answer.device_id ?? null;
+    this.agent = answer.agent ?? null;
+    this.session = {
+      session_id: answer.session_id ?? join.sessionId,
+      resume_token: join.resumeToken,
+      device_id: this.deviceId,
+      agent: this.agent,
+    };
+    if (answer.type === "session.snapshot") this.lastSeq = answer.last_seq;
+    this._created?.resolve(/** @type {any} */ (this.session));
+    this._link.started();
+    this.events.deliver(answer);
+    if (this._end) return;
+    for (const call of answer.open_calls) this.calls.run(call);
+    for (const item of answer.open_confirmations) this.calls.ask(item);
   }
 
   /** The conversation can go no further: tell everyone waiting. */

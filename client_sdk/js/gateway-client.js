@@ -27,8 +27,8 @@
  * - **Events.** `conv.on(type, listener)` receives every server event of that type (or of
  *   every known type with `"*"`), in order and once each: events are checked by `seq`, so a
  *   replay after a reconnect never hands a duplicate to the app. The connection-level events
- *   `session.resumed`, `session.snapshot` and the `resume_gap` error (they have no `seq`)
- *   are delivered too. `conv.on("connection", ...)` reports the socket's state.
+ *   `session.resumed`, `session.attached`, `session.snapshot`, `session.going_away` and the
+ *   `resume_gap` error (they have no `seq`) are delivered too. `conv.on("connection", ...)` reports the socket's state.
  * - **Client functions.** `conv.clientFunction(name, handler, options)` declares a function
  *   in `session.start` (or `session.update` when registered later). When the model calls
  *   it, `handler(args, { signal, call })` runs, concurrently with the other calls of the
@@ -78,6 +78,28 @@
  *   that resumes a session (a reconnect, `resume()`, the one `close()` ends it with) adds
  *   `session=<session_id>` to the URL's query (see `resumeUrl`), so that a load balancer
  *   routing by session (deploy/nginx.conf) sends it to the node that drives the session.
+ * - **Going away.** `session.going_away` (the gateway will close the socket soon: it drains,
+ *   the session moved to another node, or the socket reached its maximum age) reaches the
+ *   listeners like any event. The SDK resumes on a second socket at once; when the gateway
+ *   answers (`session.resumed`, delivered too), that socket is the session's and the first
+ *   is closed with 4000, never 1000. Events come once each across the switch (by `seq`), the
+ *   unconfirmed messages go again, `state` stays `open` and `reconnects` counts it. A refused
+ *   early resume (a node going away closes new sockets with 1012, and a load balancer may
+ *   send one there) is tried again with the reconnects' backoff for up to the notice's
+ *   `time_left` (at least once). Meanwhile user messages (`say()`, `post()`) wait for the new
+ *   socket, so no response starts on the node going away; tool results and the rest go at
+ *   once. Should every attempt fail, whatever the close code, the first socket serves on
+ *   (the held messages go on it then); when it closes, the usual reconnects follow.
+ * - **Several devices.** A session may have several sockets, one per device: another device
+ *   joins it with the `join: { sessionId, resumeToken }` option (the starter's
+ *   `session.session_id` and `session.resume_token`); `start()` then sends `session.attach`
+ *   with its client functions instead of `session.start`. Every device gets every event;
+ *   the calls of a client function go to the devices that declared it, the first result
+ *   wins, and a device still running a call another device answered (a `tool.status` ends
+ *   it) stops it: its handler's `signal` aborts and nothing is sent. Each resume names this
+ *   device (`conv.deviceId`) and its functions, so a reconnect never takes the others'
+ *   sockets over; `close()` ends the session only on its last device (a device that joined
+ *   and has no socket at the time just stops: no DELETE, which would end it for all).
  * - **Voice.** `audio` in the options (or `conv.setAudio(settings)` later) opts the session
  *   in to audio on the same socket. `conv.sendAudio(pcm16)` sends microphone audio as a binary
  *   frame (dropped while disconnected); the answer's audio comes as `audio` events
@@ -134,6 +156,9 @@ export { RUN_ON_GATEWAY, RunOnGateway } from "./server-tools.js";
 /** @typedef {import("./protocol.js").SessionCreated} SessionCreated */
 /** @typedef {import("./protocol.js").SessionUpdated} SessionUpdated */
 /** @typedef {import("./protocol.js").SessionResumed} SessionResumed */
+/** @typedef {import("./protocol.js").SessionAttached} SessionAttached */
+/** @typedef {import("./protocol.js").SessionGoingAway} SessionGoingAway */
+/** @typedef {import("./protocol.js").JoinedSession} JoinedSession */
 /** @typedef {import("./protocol.js").SessionSnapshot} SessionSnapshot */
 /** @typedef {import("./protocol.js").AgentTransferred} AgentTransferred */
 /** @typedef {import("./protocol.js").TextSegment} TextSegment */
@@ -160,6 +185,7 @@ export { RUN_ON_GATEWAY, RunOnGateway } from "./server-tools.js";
 /** @typedef {import("./widgets.js").WidgetHandler} WidgetHandler */
 /** @typedef {import("./options.js").ToolMode} ToolMode */
 /** @typedef {import("./options.js").GatewayClientOptions} GatewayClientOptions */
+/** @typedef {import("./options.js").JoinOptions} JoinOptions */
 /** @typedef {import("./options.js").MessageOptions} MessageOptions */
 /** @typedef {import("./options.js").SessionDefaults} SessionDefaults */
 /** @typedef {import("./audio.js").AudioFrame} AudioFrame */

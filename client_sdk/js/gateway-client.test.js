@@ -2089,3 +2089,407 @@ test("close() while the first socket is still connecting", async () => {
   assert.equal(gw.attempts[0].closedByClient.code, 1000);
   assert.equal(gw.accepted.length, 0);
 });
+
+// ----------------------------------------------------------------------- devices, going away
+
+/** A client whose session.created names its device `dev_1`; one client function, `device_a`. */
+async function startedAsDevice(options = {}) {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, ...options });
+  conv.clientFunction("device_a", () => ({ value: "a" }), { description: "Device a." });
+  await conv.connect();
+  const sock = await gw.socket(0);
+  const starting = conv.start();
+  await sock.next("session.start");
+  sock.push({ ...created(1), device_id: "dev_1" });
+  await starting;
+  return { gw, conv, sock };
+}
+
+const goingAway = (time_left = 1) => ({ type: "session.going_away", reason: "max_socket_age", time_left });
+const resumed = (fields = {}) => ({ type: "session.resumed", session_id: "sess_1", replayed_from: 1, last_seq: 1, ...fields });
+const FUNCTIONS_A = [{ name: "device_a", description: "Device a.", input_schema: { type: "object", properties: {} } }];
+
+test("a reconnect resumes as this device: device_id and the functions registered now", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  assert.equal(conv.deviceId, "dev_1");
+  conv.clientFunction("device_b", () => null, { description: "Device b." });
+  await sock.next("session.update");
+  sock.drop(1006);
+  const sock2 = await gw.socket(1);
+  assert.deepEqual(await sock2.next("session.resume"), {
+    type: "session.resume",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 1,
+    device_id: "dev_1",
+    client_functions: [...FUNCTIONS_A, { name: "device_b", description: "Device b.", input_schema: { type: "object", properties: {} } }],
+  });
+  // a session.resumed naming another id: that one from now on
+  sock2.push(resumed({ device_id: "dev_9" }));
+  assert.equal(conv.deviceId, "dev_9");
+  sock2.drop(1006);
+  const sock3 = await gw.socket(2);
+  assert.equal((await sock3.next("session.resume")).device_id, "dev_9");
+  await conv.close();
+});
+
+test("going_away: an early resume on a second socket, then the switch; every event once, none lost", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  const seen = [];
+  conv.on("*", (e) => seen.push(e.seq ? e.seq : e.type));
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  sock.push({ type: "pong", seq: 2 }, { type: "pong", seq: 3 }, { type: "pong", seq: 4 }, { type: "pong", seq: 5 });
+  const unanswered = await conv.post("still unanswered");
+  await sock.next("user.message");
+
+  sock.push(goingAway(1.0));
+  const sock2 = await gw.socket(1);
+  assert.equal(sock2.url, `${URL}?session=sess_1`);
+  assert.deepEqual(await sock2.next("session.resume"), {
+    type: "session.resume",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 5,
+    device_id: "dev_1",
+    client_functions: FUNCTIONS_A,
+  });
+  // Until the gateway answers, the first socket serves: its events, and what the app sends.
+  sock.push({ type: "pong", seq: 6 });
+  await conv.cancel("resp_x");
+  assert.equal((await sock.next("response.cancel")).response_id, "resp_x");
+  assert.equal(sock.closedByClient, null);
+
+  sock2.push(resumed({ replayed_from: 6, last_seq: 7, device_id: "dev_1" }), { type: "pong", seq: 6 }, { type: "pong", seq: 7 });
+  // The switch: the first socket is closed with 4000 (never 1000: that ends the session).
+  assert.deepEqual(sock.closedByClient, { code: 4000, reason: "moved" });
+  sock.push({ type: "pong", seq: 8 }); // late frames of the old socket are ignored...
+  sock.drop(4009, "taken_over"); // ...and so is its close, "final" code or not
+  await flush();
+  assert.deepEqual(seen, [2, 3, 4, 5, "session.going_away", 6, "session.resumed", 7]);
+  assert.equal(conv.lastSeq, 7);
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  assert.deepEqual(states, []); // the conversation never lost its socket
+  // the outbox goes again on the new socket, as after any resume
+  assert.equal((await sock2.next("user.message")).id, unanswered);
+  // and the new socket is the conversation's now
+  await conv.cancel("resp_y");
+  assert.equal((await sock2.next("response.cancel")).response_id, "resp_y");
+  assert.deepEqual(sock.unread, []);
+  await conv.close();
+  assert.deepEqual(sock2.closedByClient, { code: 1000, reason: "" });
+});
+
+test("going_away: the old socket's close before the early resume's answer is not final", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  sock.push(goingAway(0));
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  sock.drop(4009, "taken_over"); // the gateway replaced it; the answer is still on its way
+  await flush();
+  assert.equal(conv.state, "open");
+  assert.equal(gw.attempts.length, 2); // no reconnect loop besides the early resume
+  sock2.push(resumed({ device_id: "dev_1" }), { type: "pong", seq: 2 });
+  assert.equal(conv.lastSeq, 2);
+  await conv.cancel();
+  await sock2.next("response.cancel");
+  await conv.close();
+});
+
+test("going_away: an early resume refused, even with 4004, keeps the old socket; its close then reconnects", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  sock.push(goingAway(0), goingAway(0)); // at most one early resume at a time; time_left 0: one attempt
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  await flush();
+  assert.equal(gw.attempts.length, 2);
+  sock2.drop(4004, "unknown_session");
+  await flush();
+  assert.equal(conv.state, "open");
+  sock.push({ type: "pong", seq: 2 });
+  assert.equal(conv.lastSeq, 2);
+  await conv.cancel("resp_1");
+  assert.equal((await sock.next("response.cancel")).response_id, "resp_1");
+
+  // then the old socket closes: the normal reconnect loop resumes, as this device
+  sock.drop(1001, "going away");
+  const sock3 = await gw.socket(2);
+  const resume = await sock3.next("session.resume");
+  assert.equal(resume.device_id, "dev_1");
+  assert.equal(resume.last_seq, 2);
+  sock3.push(resumed({ last_seq: 2 }));
+  assert.equal(conv.state, "open");
+  assert.equal(conv.reconnects, 1);
+  await conv.close();
+});
+
+test("going_away: an early resume with no answer in attemptTimeout is dropped with 4000; the old socket serves on", async () => {
+  const { gw, conv, sock } = await startedAsDevice({ attemptTimeout: 30 });
+  sock.push(goingAway(0));
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume"); // never answered
+  await waitFor(() => sock2.closedByClient !== null);
+  assert.equal(sock2.closedByClient.code, 4000);
+  await flush();
+  assert.equal(conv.state, "open");
+  assert.equal(sock.closedByClient, null);
+  // a later going_away tries again
+  sock.push(goingAway());
+  const sock3 = await gw.socket(2);
+  await sock3.next("session.resume");
+  sock3.push(resumed());
+  assert.equal(sock.closedByClient.code, 4000);
+  await conv.close();
+});
+
+test("going_away: an early resume refused twice (1012) tries again with backoff and switches within time_left", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  const states = [];
+  conv.on("connection", (e) => states.push(e.state));
+  const noticeAt = performance.now();
+  sock.push(goingAway(2));
+  // A node going away accepts the socket, then closes it with 1012 (a load balancer sent it there).
+  for (const n of [1, 2]) {
+    const refused = await gw.socket(n);
+    assert.equal((await refused.next("session.resume")).device_id, "dev_1");
+    refused.drop(1012, "service restart");
+    await flush();
+    assert.equal(conv.state, "open");
+    assert.equal(sock.closedByClient, null); // the old socket serves on meanwhile
+  }
+  const sock4 = await gw.socket(3);
+  assert.equal(sock4.url, `${URL}?session=sess_1`);
+  await sock4.next("session.resume");
+  sock4.push(resumed({ device_id: "dev_1" }), { type: "pong", seq: 2 });
+  assert.ok(performance.now() - noticeAt < 2000, "switched within time_left");
+  assert.deepEqual(sock.closedByClient, { code: 4000, reason: "moved" });
+  assert.equal(conv.lastSeq, 2);
+  assert.equal(conv.reconnects, 1);
+  assert.deepEqual(states, []); // never without a socket
+  assert.equal(gw.attempts.length, 4);
+  await conv.close();
+});
+
+test("going_away: a user message sent during the early resume goes out only on the new socket; tool results at once on the old", async () => {
+  const { gw, conv, sock } = await startedAsDevice();
+  sock.push(goingAway(1));
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  const held = await conv.post("during the move");
+  // a tool result is not held: it goes on the old socket at once
+  sock.push({ type: "tool.calls", response_id: "r", calls: [call("call_1", "device_a")], seq: 2 });
+  assert.deepEqual((await sock.next("tool.results")).results, [{ call_id: "call_1", tool: "device_a", output: { value: "a" } }]);
+  await flush();
+  assert.deepEqual(sock.unread, []); // the user message is not on the old socket
+  sock2.push(resumed({ last_seq: 2, device_id: "dev_1" }));
+  assert.deepEqual(sock.closedByClient, { code: 4000, reason: "moved" });
+  // the outbox goes out on the new socket: the unconfirmed result, then the held message
+  assert.equal((await sock2.next("tool.results")).results[0].call_id, "call_1");
+  assert.equal((await sock2.next("user.message")).id, held);
+  // after the switch a user message goes at once, on the new socket
+  const after = await conv.post("after the move");
+  assert.equal((await sock2.next("user.message")).id, after);
+  assert.equal(sock.sent.filter((m) => m.type === "user.message").length, 0);
+  await conv.close();
+});
+
+test("going_away: time_left 0 makes one attempt; when it fails the held user message goes on the old socket", async (t) => {
+  const { gw, conv, sock } = await startedAsDevice();
+  t.mock.method(Math, "random", () => 0); // a wait of 0 still may not pass time_left
+  sock.push(goingAway(0));
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  const held = await conv.post("during the move");
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  sock2.drop(1012, "service restart");
+  // the early resume is over (its last act is this re-send): one attempt only
+  assert.equal((await sock.next("user.message")).id, held);
+  assert.equal(gw.attempts.length, 2);
+  assert.equal(conv.state, "open");
+  assert.equal(sock.closedByClient, null);
+  // not held any more: the next goes at once
+  const next = await conv.post("after the failed move");
+  assert.equal((await sock.next("user.message")).id, next);
+  assert.deepEqual(sock2.unread, []);
+  await conv.close();
+});
+
+test("going_away: close() during the wait between early attempts ends it there: no further attempt", async (t) => {
+  const requests = fakeFetch(t);
+  const { gw, conv, sock } = await startedAsDevice();
+  t.mock.method(Math, "random", () => 0.999); // the wait before the second attempt: ~50 ms
+  sock.push(goingAway(5));
+  const sock2 = await gw.socket(1);
+  await sock2.next("session.resume");
+  sock2.drop(1012, "service restart");
+  await flush();
+  await conv.close();
+  assert.deepEqual(sock.closedByClient, { code: 1000, reason: "" }); // still the session's socket
+  assert.deepEqual(requests, []);
+  // Past the end of that wait (a timer of ~50 ms), no socket was dialed.
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(gw.attempts.length, 2);
+});
+
+test("join: session.attach instead of session.start; session.attached starts it, the replay follows", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, join: { sessionId: "sess_1", resumeToken: "tok_1" }, agent: "ignored" });
+  const runs = [];
+  conv.clientFunction("device_a", (args, { call: c }) => {
+    runs.push(c.call_id);
+    return { value: "a" };
+  }, { description: "Device a." });
+  const seen = [];
+  conv.on("*", (e) => seen.push(e.seq ? `${e.type}:${e.seq}` : e.type));
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  assert.equal(sock.url, URL);
+  assert.deepEqual(await sock.next("session.attach"), {
+    type: "session.attach",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 0,
+    client_functions: FUNCTIONS_A,
+  });
+  sock.push({
+    type: "session.attached",
+    session_id: "sess_1",
+    device_id: "dev_2",
+    replayed_from: 1,
+    last_seq: 3,
+    agent: "demo",
+    open_calls: [call("call_1", "device_a")],
+    devices: 2,
+  });
+  const session = await starting;
+  assert.deepEqual(session, { session_id: "sess_1", resume_token: "tok_1", device_id: "dev_2", agent: "demo" });
+  assert.equal(conv.deviceId, "dev_2");
+  assert.equal(conv.agent, "demo");
+  sock.push({ ...created(1), device_id: "dev_1" }, { type: "pong", seq: 2 }, { type: "tool.calls", response_id: "r", calls: [call("call_1", "device_a")], seq: 3 });
+  assert.deepEqual((await sock.next("tool.results")).results, [{ call_id: "call_1", tool: "device_a", output: { value: "a" } }]);
+  assert.deepEqual(seen, ["session.attached", "session.created:1", "pong:2", "tool.calls:3"]);
+  assert.deepEqual(runs, ["call_1"]); // once, though open_calls and the replay both had it
+  assert.equal(conv.session.device_id, "dev_2"); // the replayed session.created is the starter's
+  assert.equal(conv.deviceId, "dev_2");
+
+  // a drop: the resume is this device's, with its functions
+  sock.drop(1006);
+  const sock2 = await gw.socket(1);
+  assert.deepEqual(await sock2.next("session.resume"), {
+    type: "session.resume",
+    session_id: "sess_1",
+    resume_token: "tok_1",
+    last_seq: 3,
+    device_id: "dev_2",
+    client_functions: FUNCTIONS_A,
+  });
+  await conv.close();
+});
+
+test("join: a gap answers with resume_gap and session.snapshot; a refusal rejects start()", async () => {
+  const gw = new FakeGateway();
+  const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, join: { sessionId: "sess_1", resumeToken: "tok_1" } });
+  const starting = conv.start();
+  const sock = await gw.socket(0);
+  await sock.next("session.attach");
+  sock.push(
+    { type: "error", code: "resume_gap", message: "events after seq 0 are gone" },
+    { type: "session.snapshot", session_id: "sess_1", last_seq: 40, agent: "demo", transcript: [{ role: "user", text: "hi" }] },
+  );
+  const session = await starting;
+  assert.equal(session.session_id, "sess_1");
+  assert.equal(conv.lastSeq, 40);
+  sock.push({ type: "pong", seq: 40 }, { type: "pong", seq: 41 });
+  assert.equal(conv.lastSeq, 41);
+  await conv.close();
+
+  const gw2 = new FakeGateway();
+  const refused = new GatewayClient(URL, { WebSocketImpl: gw2.WebSocket, join: { sessionId: "sess_x", resumeToken: "nope" } });
+  const joining = refused.start();
+  const sock2 = await gw2.socket(0);
+  await sock2.next("session.attach");
+  sock2.drop(4004, "unknown_session");
+  await assert.rejects(joining, (err) => err instanceof SessionClosed && err.closedWith === 4004);
+  assert.equal(gw2.attempts.length, 1);
+
+  assert.throws(() => new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, join: { sessionId: "s" } }), ClientError);
+});
+
+test("join: close() with no socket attached sends no DELETE (it would end the session for every device)", async (t) => {
+  const requests = fakeFetch(t);
+  t.mock.method(Math, "random", () => 0.999);
+  const joined = async () => {
+    const gw = new FakeGateway();
+    const conv = new GatewayClient(URL, { WebSocketImpl: gw.WebSocket, join: { sessionId: "sess_1", resumeToken: "tok_1" }, maxReconnectDelay: 10_000 });
+    const starting = conv.start();
+    const sock = await gw.socket(0);
+    await sock.next("session.attach");
+    sock.push({ type: "session.attached", session_id: "sess_1", device_id: "dev_2", replayed_from: 1, last_seq: 0, agent: "demo", open_calls: [], devices: 2 });
+    await starting;
+    return { gw, conv, sock };
+  };
+  // between attempts
+  const one = await joined();
+  const states = [];
+  one.conv.on("connection", (e) => states.push(e.state));
+  one.gw.refuse = 1;
+  one.sock.drop(1006);
+  await one.gw.until(() => one.gw.attempts.length === 2); // refused: the loop waits ~50 ms
+  await flush();
+  await one.conv.close();
+  assert.deepEqual(states, ["reconnecting", "closed"]);
+  assert.equal(one.gw.attempts.length, 2);
+
+  // during an attempt: dropped with 4000, and still no DELETE
+  const two = await joined();
+  two.gw.plan = ["hang"];
+  two.sock.drop(1006);
+  await two.gw.until(() => two.gw.attempts.length === 2);
+  await two.conv.close();
+  assert.equal(two.gw.attempts[1].closedByClient.code, 4000);
+  assert.deepEqual(requests, []);
+
+  // with its socket attached it closes it with 1000 (the gateway: this device leaves)
+  const three = await joined();
+  await three.conv.close();
+  assert.deepEqual(three.sock.closedByClient, { code: 1000, reason: "" });
+  assert.deepEqual(requests, []);
+});
+
+test("a tool.status ending a call this device still runs stops it and sends nothing", async () => {
+  const { conv, sock } = await startedAsDevice();
+  const signals = new Map();
+  const release = new Map();
+  conv.clientFunction("slow", (args, { signal, call: c }) => {
+    signals.set(c.call_id, signal);
+    return new Promise((resolve) => release.set(c.call_id, resolve));
+  });
+  await sock.next("session.update");
+  sock.push({ type: "tool.calls", response_id: "r", calls: [call("c_other", "slow"), call("c_mine", "slow"), call("c_gone", "slow")], seq: 2 });
+  await waitFor(() => signals.size === 3);
+  // another device answered first; one was cancelled; a progress status ends nothing
+  sock.push(
+    { type: "tool.status", call_id: "c_other", tool: "slow", status: "completed", seq: 3 },
+    { type: "tool.status", call_id: "c_gone", tool: "slow", status: "cancelled", seq: 4 },
+    { type: "tool.status", call_id: "c_mine", tool: "slow", status: "progress", progress: 0.5, seq: 5 },
+  );
+  await flush();
+  assert.equal(signals.get("c_other").aborted, true);
+  assert.match(signals.get("c_other").reason.message, /completed/);
+  assert.equal(signals.get("c_gone").aborted, true);
+  assert.equal(signals.get("c_mine").aborted, false);
+  release.get("c_other")({ late: true }); // a handler that ignores its signal: still nothing sent
+  release.get("c_mine")({ mine: true });
+  assert.deepEqual((await sock.next("tool.results")).results, [{ call_id: "c_mine", tool: "slow", output: { mine: true } }]);
+  await flush();
+  assert.deepEqual(sock.unread, []);
+  await conv.close();
+});
+
+/** Resolves once `ready()` holds (polled on each macrotask). */
+async function waitFor(ready) {
+  while (!ready()) await flush();
+}

@@ -47,12 +47,28 @@ import { ATTEMPT_TIMEOUT_MS, GIVE_UP_AFTER_MS } from "./resume.js";
  *   a response: `"auto"` (its choice; the gateway's default), `"none"`, `"required"` (at least
  *   one) or one tool's name. A forced choice holds for the first model step of a response;
  *   the steps after it are `"auto"`. Sent as `tool_choice` in `session.start`.
+ * @property {JoinOptions} [join] Join a session another device started (or joined) instead
+ *   of starting one: `start()` sends `session.attach` on the first socket, with the client
+ *   functions registered by then (the calls of those come to this device; the session's
+ *   other devices stay attached), and resolves once `session.attached` answers (or
+ *   `resume_gap` and `session.snapshot`); the events the gateway still has are replayed.
+ *   The session's options (`agent`, `instructions`, `toolChoice`...) are the starter's: a
+ *   join ignores them. A refusal closes the socket (4004 unknown session, 4008 expired,
+ *   4003 another principal's...) and `start()` rejects with `SessionClosed`.
  * @property {number} [maxSteps] The session's default for how many model steps a response may
  *   take (each tool round is one): 1 up to the gateway's limit (`session.limits.max_steps`,
  *   also its default). Sent as `max_steps`.
  * @property {ToolMode} [toolMode] The session's default tool mode: `"auto"` (the gateway runs
  *   its server tools; the gateway's default) or `"manual"` (every tool call the model asks
  *   for, server tools included, comes to the client: see `onServerTool`). Sent as `tool_mode`.
+ */
+
+/**
+ * The session a device joins (`GatewayClientOptions.join`): what the device that started it
+ * knows as `session.session_id` and `session.resume_token`.
+ * @typedef {object} JoinOptions
+ * @property {string} sessionId
+ * @property {string} resumeToken
  */
 
 /**
@@ -99,12 +115,17 @@ export function readOptions(options) {
     timeZone = defaultTimeZone(),
     segments,
     audio,
+    join,
   } = options;
   if (typeof WebSocketImpl !== "function") {
     throw new ClientError("no WebSocket class here: pass options.WebSocketImpl");
   }
+  if (join != null && (typeof join?.sessionId !== "string" || typeof join?.resumeToken !== "string")) {
+    throw new ClientError("join: {sessionId, resumeToken}, both strings");
+  }
   return {
     WebSocketImpl,
+    join: join == null ? null : { sessionId: join.sessionId, resumeToken: join.resumeToken },
     startFields: compact({
       agent,
       instructions,

@@ -105,6 +105,8 @@
  * @property {number} protocol_version
  * @property {ToolInfo[]} tools
  * @property {Limits | null} limits
+ * @property {string} [device_id] The id of the device that started the session (this one):
+ *   a reconnect resumes as this device, so the session's other devices stay attached.
  */
 
 /**
@@ -126,6 +128,49 @@
  * @property {string | null} agent The agent the session is with now.
  * @property {ClientCall[]} open_calls
  * @property {ConfirmItem[]} open_confirmations Calls still waiting for the user's approval.
+ * @property {string} [device_id] The device this socket is, when the resume named one.
+ */
+
+/**
+ * Connection-level (no `seq`, never replayed): the answer to `session.attach` (the `join`
+ * option): this socket joined the session as one more device, beside those attached
+ * already. The replay from the attach's `last_seq` follows, as after `session.resumed`
+ * (on a gap, `resume_gap` and `session.snapshot` come instead of it).
+ * @typedef {object} SessionAttached
+ * @property {"session.attached"} type
+ * @property {0} seq
+ * @property {string} session_id
+ * @property {string} device_id This device's id: a reconnect resumes as it.
+ * @property {number} replayed_from
+ * @property {number} last_seq
+ * @property {string | null} agent The agent the session is with now.
+ * @property {ClientCall[]} open_calls Calls of this device's functions still waiting for a result.
+ * @property {ConfirmItem[]} open_confirmations
+ * @property {number} devices How many sockets are attached to the session now, this one included.
+ */
+
+/**
+ * Connection-level (no `seq`, never replayed): the gateway will close this socket for its
+ * own reasons in `time_left` seconds. The SDK resumes on a second socket at once and
+ * switches to it when the gateway answers (the app sees `session.resumed` then), so the
+ * close loses nothing.
+ * @typedef {object} SessionGoingAway
+ * @property {"session.going_away"} type
+ * @property {0} seq
+ * @property {"shutdown" | "session_moved" | "max_socket_age"} reason `shutdown`: the node
+ *   drains; `session_moved`: another node drives the session now; `max_socket_age`: the
+ *   socket reached the gateway's maximum age.
+ * @property {number} time_left Seconds until the close (0: now).
+ */
+
+/**
+ * What `GatewayClient.session` is on a device that joined a session (the `join` option),
+ * made by the SDK from the join's answer: there is no `session.created` for it.
+ * @typedef {object} JoinedSession
+ * @property {string} session_id
+ * @property {string} resume_token The join's.
+ * @property {string | null} device_id This device's id (`session.attached`'s).
+ * @property {string | null} agent The agent the session was with when this device joined.
  */
 
 /**
@@ -276,7 +321,8 @@
 
 /**
  * Every server event, with omitted defaults filled in (docs/protocol.md, "Omitted defaults").
- * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionSnapshot | AgentTransferred
+ * @typedef {SessionCreated | SessionUpdated | SessionResumed | SessionAttached | SessionGoingAway
+ *   | SessionSnapshot | AgentTransferred
  *   | TextSegment | ResponseTruncated | ResponseCreated | ResponseRetrying | TextDelta | TextDone | ToolCalls | ToolConfirm | ToolStatus | ResponseDone
  *   | ErrorEvent | Pong} ServerEvent
  */
@@ -293,6 +339,8 @@ export const DEFAULTS = {
   "session.created": () => ({ tools: [], limits: null }),
   "session.updated": () => ({ tools: [], in_reply_to: null }),
   "session.resumed": () => ({ agent: null, open_calls: [], open_confirmations: [] }),
+  "session.attached": () => ({ agent: null, open_calls: [], open_confirmations: [], devices: 1 }),
+  "session.going_away": () => ({}),
   "session.snapshot": () => ({ agent: null, transcript: [], open_calls: [], open_confirmations: [] }),
   "agent.transferred": () => ({ tools: [], reason: null, response_id: null }),
   "response.created": () => ({ in_reply_to: null, call_id: null }),
@@ -371,12 +419,45 @@ export function randomId(prefix) {
   return prefix + b64.replace(/\+/g, "-").replace(/\//g, "_");
 }
 
-/** The session.resume of `session` from `lastSeq`. */
-export function resumeOf(session, lastSeq) {
+/**
+ * What a device says of itself when it resumes as itself: its id and the functions it offers
+ * now (declared again on every reconnect: a node the session moved to knows them only so).
+ * @typedef {object} Device
+ * @property {string} device_id
+ * @property {object[]} client_functions ToolSpecs.
+ */
+
+/**
+ * The session.resume of `session` from `lastSeq`; with `device`, as that device (the
+ * session's other devices stay attached), else as the whole session (old gateways, and a
+ * session whose `session.created` named no device).
+ * @param {{session_id: string, resume_token: string}} session
+ * @param {number} lastSeq
+ * @param {Device | null} [device]
+ */
+export function resumeOf(session, lastSeq, device = null) {
   return {
     type: "session.resume",
     session_id: session.session_id,
     resume_token: session.resume_token,
     last_seq: lastSeq,
+    ...(device ? { device_id: device.device_id, client_functions: device.client_functions } : {}),
+  };
+}
+
+/**
+ * The session.attach that joins the session `sessionId` as one more device, from its first
+ * event (`last_seq` 0: everything the gateway still has is replayed).
+ * @param {string} sessionId
+ * @param {string} resumeToken
+ * @param {object[]} clientFunctions ToolSpecs: the calls of these come to this device.
+ */
+export function attachOf(sessionId, resumeToken, clientFunctions) {
+  return {
+    type: "session.attach",
+    session_id: sessionId,
+    resume_token: resumeToken,
+    last_seq: 0,
+    client_functions: clientFunctions,
   };
 }

@@ -9,6 +9,19 @@
  * A socket that resumes a session is dialed with its id in the URL (`resumeUrl`, for load balancers that
  * route by session). What goes again on the new socket is the outbox's (outbox.js); what the
  * events mean is the client's (client.js).
+ *
+ * A session with several devices: each resume names this device (`device_id`, from
+ * `session.created`, `session.attached` or `session.resumed`) and its client functions, so
+ * only this device's socket is replaced. `session.going_away` (the gateway will close the
+ * socket soon) starts an early resume on a second socket (`goingAway()`) while the first
+ * still serves: once the gateway answers, the second is the session's and the first is
+ * closed with 4000 (never 1000, which would end the session) and ignored from then on. The
+ * early resume tries again with the loop's backoff for up to the notice's `time_left` (at
+ * least once): a node going away refuses new sockets (it accepts, then closes with 1012),
+ * and a round-robin load balancer may send one there. While it runs, user messages wait in
+ * the outbox for the new socket (`moving`). An early resume that fails, however (even with
+ * a "final" close code), changes nothing: the first socket serves on (the outbox goes again
+ * on it), and when it closes the reconnect loop runs as after any drop.
  * @module resume
  */
 
@@ -27,6 +40,8 @@ import { parseEvent, resumeOf } from "./protocol.js";
  *   (close() included), or null.
  * @property {() => SessionCreated | null} session Its `session.created`, once it has one.
  * @property {() => number} lastSeq The cursor a resume asks the replay from.
+ * @property {() => import("./protocol.js").Device | null} device What a resume says of this
+ *   device (its id and functions), or null: the resume takes the whole session over.
  * @property {() => boolean} startWanted start() was asked and the session is neither created
  *   nor refused.
  * @property {() => boolean} startRefused The gateway refused session.start (no session).
@@ -36,10 +51,14 @@ import { parseEvent, resumeOf } from "./protocol.js";
  * @property {(data: any) => void} onFrame A frame of the attached socket.
  * @property {(first: any, gap: any) => void} afterResume The first answer to session.resume
  *   (after a `resume_gap` error `gap`, the snapshot) on the socket now attached.
+ * @property {() => void} resendOutbox Send again, on the attached socket, all the outbox
+ *   holds (after an early resume that failed: the user messages it held back).
  * @property {(error: SessionClosed) => void} finish The conversation can go no further.
  * @property {(type: "connection", payload: object) => void} emit Tell the "connection" listeners.
  */
 
+/** What `_resumeToken` returns when the conversation ended while the token came. */
+const STOP = Symbol("stop");
 /** Closes after which resuming makes no sense: the session is gone or not ours. */
 const FINAL_CLOSE_CODES = new Set([1000, 1008, 4001, 4003, 4004, 4008, 4009]);
 const FIRST_RECONNECT_DELAY_MS = 50;
@@ -52,6 +71,11 @@ const CLOSE_WAIT_MS = 1_000;
 /** The longest close() waits to end a session that has no socket (`endSession`): it returns
  * within a second whatever the network does. */
 const END_WAIT_MS = 800;
+
+/**
+ * An early resume (`goingAway()`).
+ * @typedef {{ws: any, stop: () => void, oldClosed: {code: number, reason: string} | null}} Early
+ */
 
 /** The session's socket, and getting it a new one. */
 export class Reconnector {
@@ -82,6 +106,14 @@ export class Reconnector {
     this.reconnects = 0;
     /** @type {{ws: any, stop: () => void} | null} the attempt in flight: its socket, and how to drop it */
     this._pending = null;
+    /**
+     * The early resume under way after a `session.going_away` (at most one), from the notice
+     * to the switch or the last failed attempt: its attempt's socket (null between two), how
+     * to drop that attempt or cut the wait before the next, and the close of the socket it is
+     * to replace if that came first.
+     * @type {Early | null}
+     */
+    this._early = null;
     /** true once a socket opened (connect() resolved): a later loop is "reconnecting" */
     this._everOpened = false;
     /** @type {number | null} when the attempts now failing in a row began to fail */
@@ -105,6 +137,15 @@ export class Reconnector {
     if (this.state === state) return;
     this.state = state;
     this._host.emit("connection", { state, reconnects: this.reconnects, ...extra });
+  }
+
+  /**
+   * Whether an early resume (after `session.going_away`) is under way: a user message then
+   * waits in the outbox for the new socket. Sent on the old one, its response would start on
+   * the node going away, to be cut by the move and run again on the next (a visible gap).
+   */
+  get moving() {
+    return this._early !== null;
   }
 
   /** Send on the attached socket if it is open; a message lost to a drop is recovered on resume. */
@@ -158,17 +199,19 @@ export class Reconnector {
   stop() {
     this._wake?.();
     this._pending?.stop();
+    this._early?.stop();
     this._startWatch?.settle("stop");
   }
 
   /** The attached socket and the attempt in flight, for `close()` (read before `stop()`). */
   sockets() {
-    return { ws: this.ws, attempt: this._pending?.ws };
+    return { ws: this.ws, attempt: this._pending?.ws ?? this._early?.ws };
   }
 
   /**
    * close(): the attached socket closes with 1000, which ends the session on the gateway; with
-   * none, `DELETE /v1/sessions/{id}` ends it (`endSession`; no `session`: nothing to end).
+   * none, `DELETE /v1/sessions/{id}` ends it (`endSession`; no `session`: nothing to end, or
+   * a device that joined, which never ends it for the others).
    * Settled once the attached socket reports its close (`CLOSE_WAIT_MS` at most), or, with
    * none, once the request is answered and the dropped attempt's socket closed (`END_WAIT_MS`
    * at most).
@@ -193,6 +236,18 @@ export class Reconnector {
   _onDrop(ws, code, reason) {
     if (ws !== this.ws) return;
     this.ws = null;
+    const early = this._early;
+    if (early !== null && !this._host.ended()) {
+      // The socket a going_away announced closed (maybe 4009: the early resume replaced it,
+      // its answer still on the way): the early resume decides what follows.
+      early.oldClosed = { code, reason };
+      return;
+    }
+    this._dropped(code, reason);
+  }
+
+  /** What follows the attached socket's close (`_onDrop`). */
+  _dropped(code, reason) {
     const watch = this._startWatch;
     this._startWatch = null;
     if (this._host.ended()) {
@@ -369,24 +424,94 @@ export class Reconnector {
    * @returns {Promise<"resumed" | "stop" | SessionClosed>} a SessionClosed: the attempt failed.
    */
   async _resumeOnce() {
-    let token = this._token;
-    if (typeof token === "function") {
-      try {
-        token = await token();
-      } catch (err) {
-        // the app's backend is not reachable (yet): like the gateway
-        return new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
-      }
-      if (this._host.ended()) return "stop";
-    }
-    return this._resumeWith(token);
+    const token = await this._resumeToken();
+    if (token instanceof SessionClosed || token === STOP) return token === STOP ? "stop" : token;
+    return this._resumeWith(token, null);
   }
 
   /**
+   * The client token for a resume's socket (a token function is asked for a fresh one).
+   * @returns {Promise<string | undefined | SessionClosed | typeof STOP>} a SessionClosed: the
+   *   app's backend is not reachable (yet), like the gateway; STOP: the conversation ended.
+   */
+  async _resumeToken() {
+    const token = this._token;
+    if (typeof token !== "function") return token;
+    try {
+      const fresh = await token();
+      return this._host.ended() ? STOP : fresh;
+    } catch (err) {
+      return new SessionClosed(1006, `could not get a client token: ${describe(err)}`);
+    }
+  }
+
+  /**
+   * `session.going_away`: the gateway closes the attached socket in `timeLeft` seconds.
+   * Resume on a second socket now (at most one such early resume at a time), trying again
+   * with the loop's backoff and jitter for up to `timeLeft` (at least one attempt);
+   * `_resumeWith` switches to it once answered. When every attempt fails the attached socket
+   * serves on and the outbox goes again on it (the user messages held meanwhile; the gateway
+   * applies each message once). Should that socket close meanwhile, the attempt in flight may
+   * still switch; otherwise its close is handled as any drop (the reconnect loop tries on).
+   * @param {number} timeLeft Seconds, as the notice says (not a number: 0).
+   */
+  async goingAway(timeLeft) {
+    if (this._early !== null || this.ws === null || this._host.session() === null || this._host.ended()) return;
+    /** @type {Early} */
+    const early = { ws: null, stop: () => {}, oldClosed: null };
+    this._early = early; // taken while the token comes: no second early resume
+    const seconds = Number(timeLeft);
+    const deadline = now() + (Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0);
+    let ceiling = Math.min(FIRST_RECONNECT_DELAY_MS, this._maxDelay);
+    let resumed = false;
+    for (;;) {
+      const token = await this._resumeToken();
+      if (token === STOP) break;
+      resumed = !(token instanceof SessionClosed) && (await this._resumeWith(token, early)) === "resumed";
+      // The old socket closed: the reconnect loop tries on from here (and says so).
+      if (resumed || this._host.ended() || early.oldClosed !== null) break;
+      const pause = Math.random() * ceiling; // jitter, as the loop's
+      if (now() + pause >= deadline) break;
+      await this._pause(early, pause);
+      if (this._host.ended() || early.oldClosed !== null) break;
+      ceiling = Math.min(ceiling * 2, this._maxDelay);
+    }
+    if (this._early === early) this._early = null;
+    if (resumed || this._host.ended()) return;
+    const closed = early.oldClosed;
+    if (closed !== null) this._dropped(closed.code, closed.reason);
+    else if (this.ws !== null) this._host.resendOutbox();
+  }
+
+  /**
+   * Wait `ms` between two attempts of the early resume `early`, or less when the
+   * conversation ends (`stop()` calls `early.stop`). Not `_sleep`: `retryNow()` is for the
+   * loop's waits, and the conversation still has its socket.
+   * @param {Early} early @param {number} ms
+   */
+  _pause(early, ms) {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        early.stop = () => {};
+        resolve(undefined);
+      };
+      const timer = setTimeout(done, ms);
+      early.stop = done;
+    });
+  }
+
+  /**
+   * One socket that resumes the session, attached once the gateway answers. `early`: one
+   * attempt of a going_away's resume (`goingAway()`), while the attached socket still serves:
+   * once answered it replaces that socket (closed with 4000, its events ignored from then
+   * on), and its failure is never final (any close code, a timeout: the attached socket
+   * serves on).
    * @param {string | undefined} token
+   * @param {Early | null} early
    * @returns {Promise<"resumed" | "stop" | SessionClosed>}
    */
-  _resumeWith(token) {
+  _resumeWith(token, early) {
     const session = /** @type {SessionCreated} */ (this._host.session());
     return new Promise((resolve) => {
       /** @type {"dialing" | "waiting" | "gap" | "live"} */
@@ -399,7 +524,11 @@ export class Reconnector {
       let ws = null;
       const settle = (/** @type {any} */ outcome) => {
         clearTimeout(timer);
-        if (this._pending?.ws === ws) this._pending = null;
+        if (early) {
+          if (early.ws === ws) Object.assign(early, { ws: null, stop: () => {} }); // goingAway() goes on
+        } else if (this._pending?.ws === ws) {
+          this._pending = null;
+        }
         resolve(outcome);
       };
       ws = this._dialer.dial(
@@ -408,7 +537,7 @@ export class Reconnector {
             this._reached();
             phase = "waiting";
             try {
-              sock.send(JSON.stringify(resumeOf(session, this._host.lastSeq())));
+              sock.send(JSON.stringify(resumeOf(session, this._host.lastSeq(), this._host.device())));
             } catch {
               // the close event follows
             }
@@ -427,9 +556,16 @@ export class Reconnector {
               return;
             }
             phase = "live";
+            const replaced = this.ws; // early: the socket going away (null once it closed)
             this.ws = sock;
             if (!this._attaching) this.reconnects += 1;
             settle("resumed");
+            // The move is over: user messages go on this socket from now on (the outbox's
+            // re-send in afterResume carries those held meanwhile).
+            if (early && this._early === early) this._early = null;
+            // Not 1000: that would end the session. From now on its events are ignored
+            // (the gateway's own close of it, 4009, included).
+            if (early && replaced !== null) this._dialer.drop(replaced, 4000, "moved");
             this.setState("open");
             this._host.afterResume(event, gap);
           },
@@ -438,7 +574,7 @@ export class Reconnector {
               this._onDrop(sock, code, reason);
             } else if (this._host.ended()) {
               settle("stop");
-            } else if (FINAL_CLOSE_CODES.has(code)) {
+            } else if (FINAL_CLOSE_CODES.has(code) && !early) {
               this._host.finish(new SessionClosed(code, reason));
               settle("stop");
             } else {
@@ -449,13 +585,15 @@ export class Reconnector {
         token,
         session.session_id,
       );
-      this._pending = {
+      const attempt = {
         ws,
         stop: () => {
           this._dialer.drop(ws, 4000, "the client is closing"); // not 1000: never the session's socket
           settle("stop");
         },
       };
+      if (early) Object.assign(early, attempt);
+      else this._pending = attempt;
       timer = setTimeout(() => {
         const why = phase === "dialing" ? "no answer to the upgrade" : "no answer to session.resume";
         this._dialer.drop(ws, 4000, why); // not 1000: that ends the session
