@@ -986,6 +986,8 @@ class Conversation:
                 token = await token()
             except Exception as exc:  # the app's fetch failed: like an unreachable gateway
                 raise ConnectionError(f"could not get a client token: {exc}") from exc
+        if session_id is None and self._join is not None:
+            session_id = self._join[0]  # a device joining names its session, as a resume does
         url = self._url if session_id is None else resume_url(self._url, session_id)
         return await open_socket(
             url, token=token, api_key=self._api_key, msgpack=self._protocol == "msgpack"

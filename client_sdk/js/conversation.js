@@ -291,6 +291,7 @@ export class Conversation {
       ended: () => this._end,
       session: () => this.session,
       lastSeq: () => this.lastSeq,
+      joining: () => this._join?.sessionId ?? null,
       device: () => (this.deviceId ? { device_id: this.deviceId, client_functions: this.calls.specs() } : null),
       startWanted: () => this._created !== null && this.session === null && !this._refused,
       startRefused: () => this.session === null && this._refused,

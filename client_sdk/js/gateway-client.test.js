@@ -2346,7 +2346,7 @@ test("join: session.attach instead of session.start; session.attached starts it,
   conv.on("*", (e) => seen.push(e.seq ? `${e.type}:${e.seq}` : e.type));
   const starting = conv.start();
   const sock = await gw.socket(0);
-  assert.equal(sock.url, URL);
+  assert.equal(sock.url, `${URL}?session=sess_1`); // named, as a resume's: routed to its node
   assert.deepEqual(await sock.next("session.attach"), {
     type: "session.attach",
     session_id: "sess_1",

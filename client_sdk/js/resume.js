@@ -40,6 +40,8 @@ import { parseEvent, resumeOf } from "./protocol.js";
  *   (close() included), or null.
  * @property {() => SessionCreated | null} session Its `session.created`, once it has one.
  * @property {() => number} lastSeq The cursor a resume asks the replay from.
+ * @property {() => string | null} joining The id of the session this device joins (the `join`
+ *   option), named in the URL of its first socket; null for one that starts its own.
  * @property {() => import("./protocol.js").Device | null} device What a resume says of this
  *   device (its id and functions), or null: the resume takes the whole session over.
  * @property {() => boolean} startWanted start() was asked and the session is neither created
@@ -367,6 +369,7 @@ export class Reconnector {
           },
         },
         token,
+        this._host.joining() ?? undefined, // a device joining names its session, as a resume does
       );
       this._pending = {
         ws,
