@@ -86,9 +86,10 @@ async def test_a_call_runs_on_the_device_that_offers_it_and_both_see_the_answer(
             answer = await say(laptop, "what's my battery level?")
             assert answer == "Your battery is at 82% and charging."
             assert runs == ["phone"]
-            await phone_events.until(
-                lambda events: any(isinstance(e, ResponseDone) for e in events)
-            )
+            for recording in (phone_events, laptop_events):
+                await recording.until(
+                    lambda events: any(isinstance(e, ResponseDone) for e in events)
+                )
             # The same events, with the same seq, on both devices; the call only on the phone's.
             assert seqs(phone_events.events) == seqs(laptop_events.events)
             laptop_calls = [e for e in laptop_events.events if isinstance(e, ToolCalls)]

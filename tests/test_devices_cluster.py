@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from client_sdk import connect
-from gateway.wire.v1 import Error, TextDelta, ToolCalls
+from gateway.wire.v1 import Error, ResponseDone, TextDelta, ToolCalls
 from tests.cluster import Cluster, behind_nginx, owner, owners_store, running_cluster
 from tests.redis_server import RedisServer
 from tests.support import record
@@ -21,6 +21,10 @@ from tests.support import record
 pytestmark = pytest.mark.slow  # processes and nginx
 
 WAIT = 20.0
+
+
+def done(events: list[Any]) -> int:
+    return sum(isinstance(e, ResponseDone) for e in events)
 
 
 def text(events: list[Any]) -> str:
@@ -64,6 +68,7 @@ async def test_two_devices_share_a_session_through_nginx_routing_by_session(
             for other in cluster.nodes:
                 if other.name != node:
                     assert await other.metric("gateway_sockets_attached") == 0.0
+            await laptop_seen.until(lambda events: done(events) == 3)
             await phone_seen.until(lambda events: text(events) == text(laptop_seen.events))
             laptop_calls = [
                 c for e in laptop_seen.events if isinstance(e, ToolCalls) for c in e.calls

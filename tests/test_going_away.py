@@ -18,6 +18,7 @@ from gateway.agent.file import DEMO_AGENT
 from gateway.errors import CloseCode
 from gateway.wire.v1 import (
     FIRST_DEVICE,
+    ResponseDone,
     ServerMsg,
     SessionCreated,
     SessionGoingAway,
@@ -74,6 +75,7 @@ async def test_an_answer_streaming_across_the_move_arrives_whole_once(aging: str
         assert answer.startswith("I'm the demo assistant")
         assert answer.endswith('1234?"')
         # The move came while the answer streamed (1.6 s at the demo's pace): seen whole.
+        await seen.until(lambda s: any(isinstance(e, ResponseDone) for e in s))
         assert any(isinstance(e, SessionGoingAway) for e in seen.events)
         assert "".join(e.delta for e in seen.events if isinstance(e, TextDelta)) == answer
         no_duplicate_no_gap(seen.events)
