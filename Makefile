@@ -100,11 +100,15 @@ schema: $(STAMP)
 
 # The side-by-side benchmark (docs/performance.md): the shared harness (SHARED_BENCH,
 # ../shared/bench by default) copied into the git-ignored .bench/ with its own venv and this
-# project installed, run against the gateway and the bare stack under it. Results land in
+# project installed, run against the gateway and the bare stack under it, and with a real
+# model upstream against the leanest hand-written relay. Results land in
 # .bench/results/ (out of git). bench-quick is a smoke run of about two minutes, at sizes the
 # harness's gateway agent answers (fan-out 5,000 or 100,000 words, streams of 200/400/600).
 SHARED_BENCH ?= ../shared/bench
 BENCH_ONLY := gateway,starlette-sansio/msgspec
+# With a real model upstream (SSE over HTTP, the harness's paced OpenAI-compatible server):
+# the gateway's openai provider against the leanest hand-written relay (issue 35).
+BENCH_UPSTREAM := gateway-openai,relay-aiohttp-lean
 
 .bench/.installed: $(STAMP)
 	@test -f $(SHARED_BENCH)/run_all.py || { echo "no harness at $(SHARED_BENCH): make bench SHARED_BENCH=..."; exit 1; }
@@ -118,12 +122,15 @@ BENCH_ONLY := gateway,starlette-sansio/msgspec
 # trip, and the gateway's overhead on an llmock stream. They print figures, assert nothing.
 bench: .bench/.installed
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 2 --sizes 10000 --streams-c 1000,2000
+	cd .bench && .venv/bin/python run_all.py --only $(BENCH_UPSTREAM) --repeats 3 --streams-c 1000
 	$(BIN)/python -m bench.cycle
 	$(BIN)/python -m bench.upstream
 
 bench-quick: .bench/.installed
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 1 --fanout-n 5000 \
 		--rtt-n 2000 --sizes 200,1000 --streams-c 200 --duration 10
+	cd .bench && .venv/bin/python run_all.py --only $(BENCH_UPSTREAM) --repeats 1 --fanout-n 5000 \
+		--streams-c 200 --duration 10
 	$(BIN)/python -m bench.cycle --cycles 1000 --warmup 100
 	$(BIN)/python -m bench.upstream --rounds 30 --warmup 3
 
