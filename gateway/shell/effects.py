@@ -148,10 +148,12 @@ class Effects:
         for effect in effects:
             if type(effect) is Send:
                 msg, data = next(encoded)
-                for conn in conns:
-                    if self.routed and conn.functions is not None:
-                        conn.queue(*for_device(msg, data, conn.functions, self.declared()))
-                    else:
+                if self.routed and type(msg) is ToolCalls:
+                    for conn in conns:
+                        for mine, encoded_mine in self.addressed([(msg, data)], conn):
+                            conn.queue(mine, encoded_mine)
+                else:
+                    for conn in conns:
                         conn.queue(msg, data)
             elif type(effect) is not SaveCall:
                 self._execute(effect)
