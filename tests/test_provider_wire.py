@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 import structlog
+import uvloop
 
 from gateway.agent.file import load_agent
 from gateway.core.model import ModelRequest, ModelText
 from gateway.core.transcript import AssistantTurn, ContextNote, UserTurn
+from gateway.providers import ModelSettings, create_provider
 from gateway.providers.anthropic import anthropic_messages
 from gateway.providers.gemini import gemini_contents
 from gateway.providers.http import HttpModel
@@ -324,3 +326,32 @@ async def test_more_steps_stream_at_once_than_httpx_pools_by_default():
             everyone_in.set()  # a failed run must not leave the server's handlers waiting
             await provider.aclose()
     assert texts == ["hi"] * streams
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_providers_stream_on_uvloop_as_the_gateway_runs_them(provider):
+    # The gateway serves on uvloop, whose transports are not asyncio's classes: the HTTP
+    # client must not care. Two answers, one kept-alive connection.
+    async def two_answers() -> tuple[list[str], list[int]]:
+        async with mock_llm() as llm:
+            await llm.script(
+                {"type": "reply", "text": "one two"}, {"type": "reply", "text": "three"}
+            )
+            settings = ModelSettings(provider=provider, model="m", base_url=llm.base_url(provider))
+            model = create_provider(settings, base_dir=AGENT.parent)
+            request = ModelRequest(instructions="", items=(UserTurn(text="hi"),))
+            try:
+                texts = [
+                    "".join(
+                        [e.text async for e in model.stream(request) if isinstance(e, ModelText)]
+                    )
+                    for _ in range(2)
+                ]
+            finally:
+                await model.aclose()
+            return texts, llm.client_ports
+
+    texts, ports = uvloop.run(two_answers())
+    assert texts == ["one two", "three"]
+    assert len(ports) == 2
+    assert len(set(ports)) == 1, ports

@@ -14,16 +14,18 @@ content blocks (the tool results of a step come first in theirs).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
+
+import msgspec
 
 from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 from gateway.providers.http import (
+    ChunkDecoder,
     HttpProvider,
     SseEvent,
+    StreamParser,
     Upstream,
-    json_object,
     outcome_json,
     safe_call_id,
     stream_error,
@@ -116,53 +118,118 @@ class AnthropicProvider(HttpProvider):
         url = self.settings.base_url.rstrip("/") + "/v1/messages"
         return Upstream(url, self.body(request), headers)
 
-    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
-        calls: dict[int, dict[str, str]] = {}
-        stop: str | None = None
-        input_tokens = output_tokens = 0
-        async for event in events:
-            data = json_object(event.data)
-            kind = event.event if event.event != "message" else data.get("type")
-            if kind == "message_start":
-                usage = (data.get("message") or {}).get("usage") or {}
-                input_tokens = usage.get("input_tokens") or input_tokens
-                output_tokens = usage.get("output_tokens") or output_tokens
+    def parser(self) -> StreamParser:
+        return _Stream()
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class _Message(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+class _Block(msgspec.Struct):
+    type: str | None = None
+    text: str | None = None
+    name: str | None = None
+
+
+class _Delta(msgspec.Struct):
+    """A ``content_block_delta``'s (text or JSON) or a ``message_delta``'s (the stop)."""
+
+    type: str | None = None
+    text: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class _Event(msgspec.Struct):
+    """One event's data: only what is read of it."""
+
+    type: str | None = None
+    index: int | None = None
+    message: _Message | None = None
+    content_block: _Block | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_event = ChunkDecoder(_Event)
+
+
+class _Stream:
+    """One answer's events: text as it comes, tool calls assembled by block ``index``,
+    the finish at ``message_stop`` or the end of the body."""
+
+    __slots__ = ("_calls", "_input", "_output", "_stop", "over")
+
+    def __init__(self) -> None:
+        self._calls: dict[int, list[str]] = {}
+        self._stop: str | None = None
+        self._input = self._output = 0
+        self.over = False
+
+    def feed(self, events: list[SseEvent]) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for event in events:
+            data = _event(event.data)
+            kind = event.event if event.event != "message" else data.type
+            if kind == "content_block_delta":  # most events: first
+                delta = data.delta
+                if delta is None:
+                    continue
+                if delta.type == "text_delta" and delta.text:
+                    out.append(ModelText(delta.text))
+                elif delta.type == "input_json_delta":
+                    call = self._calls.setdefault(data.index or 0, ["", ""])
+                    call[1] += delta.partial_json or ""
+            elif kind == "message_start":
+                self._count(data.message.usage if data.message is not None else None)
             elif kind == "content_block_start":
-                block = data.get("content_block") or {}
-                if block.get("type") == "tool_use":
-                    calls[data.get("index", 0)] = {"name": block.get("name") or "", "arguments": ""}
-                elif block.get("type") == "text" and block.get("text"):
-                    yield ModelText(block["text"])
-            elif kind == "content_block_delta":
-                delta = data.get("delta") or {}
-                if delta.get("type") == "text_delta" and delta.get("text"):
-                    yield ModelText(delta["text"])
-                elif delta.get("type") == "input_json_delta":
-                    call = calls.setdefault(data.get("index", 0), {"name": "", "arguments": ""})
-                    call["arguments"] += delta.get("partial_json") or ""
+                block = data.content_block
+                if block is None:
+                    continue
+                if block.type == "tool_use":
+                    self._calls[data.index or 0] = [block.name or "", ""]
+                elif block.type == "text" and block.text:
+                    out.append(ModelText(block.text))
             elif kind == "message_delta":
-                stop = (data.get("delta") or {}).get("stop_reason") or stop
-                usage = data.get("usage") or {}
-                input_tokens = usage.get("input_tokens") or input_tokens
-                output_tokens = usage.get("output_tokens") or output_tokens
+                if data.delta is not None:
+                    self._stop = data.delta.stop_reason or self._stop
+                self._count(data.usage)
             elif kind == "message_stop":
+                self.over = True
                 break
             elif kind == "error":
-                error = data.get("error") or {}
+                error = data.error
                 message = error.get("message") if isinstance(error, dict) else error
                 kind = error.get("type") if isinstance(error, dict) else None
                 raise stream_error(
                     f"sent an error: {message or 'unknown error'}",
                     retryable=kind in _TRANSIENT_ERRORS,
                 )
-        if stop is None:
+        return out
+
+    def _count(self, usage: _Usage | None) -> None:
+        if usage is not None:
+            self._input = usage.input_tokens or self._input
+            self._output = usage.output_tokens or self._output
+
+    def end(self) -> list[ModelEvent]:
+        if self._stop is None:
             raise stream_error("ended the stream without a stop reason (truncated)", retryable=True)
-        for index in sorted(calls):
-            yield tool_call(calls[index]["name"], calls[index]["arguments"])
-        yield ModelFinish(
-            reason=_STOP_REASONS.get(stop, stop),
-            usage=ModelUsage(input_tokens=input_tokens, output_tokens=output_tokens),
+        out: list[ModelEvent] = [tool_call(*self._calls[index]) for index in sorted(self._calls)]
+        out.append(
+            ModelFinish(
+                reason=_STOP_REASONS.get(self._stop, self._stop),
+                usage=ModelUsage(input_tokens=self._input, output_tokens=self._output),
+            )
         )
+        return out
 
 
 def _tool_choice(choice: str) -> dict[str, Any]:

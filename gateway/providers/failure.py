@@ -12,10 +12,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
-
-import httpx
 
 from gateway.errors import ProviderError
 
@@ -91,7 +90,7 @@ def seconds(value: float) -> str:
 
 
 def transport_cause(exc: Exception) -> str:
-    """Why a connection failed, from the OS error under httpx's (``connection refused``)."""
+    """Why a connection failed, from the OS error under the client's (``connection refused``)."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, socket.gaierror):
@@ -126,16 +125,16 @@ def vendor_message(body: bytes, limit: int = 300) -> str:
     return json.dumps(value)[:limit]
 
 
-def retry_after(response: httpx.Response) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds the server asks to wait: ``retry-after-ms``, else ``Retry-After`` (seconds
-    or an HTTP date); None when it asks nothing."""
-    millis = response.headers.get("retry-after-ms")
+    or an HTTP date); None when it asks nothing. ``headers``' names are in lower case."""
+    millis = headers.get("retry-after-ms")
     if millis:
         try:
             return max(0.0, float(millis) / 1000)
         except ValueError:
             pass
-    header = response.headers.get("retry-after")
+    header = headers.get("retry-after")
     if not header:
         return None
     try:

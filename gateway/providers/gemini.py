@@ -11,16 +11,18 @@ of a user content.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
+
+import msgspec
 
 from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 from gateway.providers.http import (
+    ChunkDecoder,
     HttpProvider,
     SseEvent,
+    StreamParser,
     Upstream,
-    json_object,
     safe_call_id,
     stream_error,
     tool_call,
@@ -128,40 +130,103 @@ class GeminiProvider(HttpProvider):
         )
         return Upstream(url, self.body(request), headers)
 
-    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
-        calls: list[tuple[str, Any]] = []
-        finish: str | None = None
-        usage: ModelUsage | None = None
-        async for event in events:
-            chunk = json_object(event.data)
-            if chunk.get("error"):
-                error = chunk["error"]
+    def parser(self) -> StreamParser:
+        return _Stream()
+
+
+class _FunctionCall(msgspec.Struct):
+    name: str | None = None
+    args: Any = None
+
+
+class _Part(msgspec.Struct, rename="camel"):
+    text: str | None = None
+    thought: bool | None = None
+    function_call: _FunctionCall | None = None
+
+
+class _Content(msgspec.Struct):
+    parts: list[_Part] | None = None
+
+
+class _Candidate(msgspec.Struct, rename="camel"):
+    content: _Content | None = None
+    finish_reason: str | None = None
+
+
+class _UsageMetadata(msgspec.Struct, rename="camel"):
+    prompt_token_count: int | None = None
+    candidates_token_count: int | None = None
+
+
+class _PromptFeedback(msgspec.Struct, rename="camel"):
+    block_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct, rename="camel"):
+    """A ``GenerateContentResponse``: only what is read of it."""
+
+    candidates: list[_Candidate] | None = None
+    usage_metadata: _UsageMetadata | None = None
+    prompt_feedback: _PromptFeedback | None = None
+    error: Any = None
+
+
+_chunk = ChunkDecoder(_Chunk)
+
+
+class _Stream:
+    """One answer's chunks: text as it comes, function calls whole, the finish with the
+    chunk that has a finish reason (the last) or at the end of the body."""
+
+    __slots__ = ("_calls", "_finish", "_usage", "over")
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[str, Any]] = []
+        self._finish: str | None = None
+        self._usage: ModelUsage | None = None
+        self.over = False
+
+    def feed(self, events: list[SseEvent]) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for event in events:
+            chunk = _chunk(event.data)
+            if chunk.error:
+                error = chunk.error
                 message = error.get("message", error) if isinstance(error, dict) else error
                 raise stream_error(f"sent an error: {message}", retryable=True)
-            if chunk.get("usageMetadata"):
-                usage = ModelUsage(
-                    input_tokens=chunk["usageMetadata"].get("promptTokenCount", 0),
-                    output_tokens=chunk["usageMetadata"].get("candidatesTokenCount", 0),
+            usage = chunk.usage_metadata
+            if usage is not None:
+                self._usage = ModelUsage(
+                    input_tokens=usage.prompt_token_count or 0,
+                    output_tokens=usage.candidates_token_count or 0,
                 )
-            block = (chunk.get("promptFeedback") or {}).get("blockReason")
-            if block:  # the prompt itself was refused: no candidates follow
-                finish = block
-            candidates = chunk.get("candidates") or [{}]
-            candidate = candidates[0]
-            for part in (candidate.get("content") or {}).get("parts") or []:
-                if part.get("text") and not part.get("thought"):
-                    yield ModelText(part["text"])
-                if part.get("functionCall"):
-                    function = part["functionCall"]
-                    calls.append((function.get("name") or "", function.get("args")))
-            finish = candidate.get("finishReason") or finish
-            if finish:  # the last chunk: stop reading, as openai.py does at [DONE]
+            feedback = chunk.prompt_feedback
+            if feedback is not None and feedback.block_reason:
+                self._finish = feedback.block_reason  # the prompt was refused: no candidates
+            if chunk.candidates:
+                candidate = chunk.candidates[0]
+                content = candidate.content
+                for part in (content.parts if content is not None else None) or ():
+                    if part.text and not part.thought:
+                        out.append(ModelText(part.text))
+                    if part.function_call is not None:
+                        function = part.function_call
+                        self._calls.append((function.name or "", function.args))
+                self._finish = candidate.finish_reason or self._finish
+            if self._finish:  # the last chunk: stop reading, as openai.py does at [DONE]
+                self.over = True
                 break
-        if finish is None:
+        return out
+
+    def end(self) -> list[ModelEvent]:
+        if self._finish is None:
             raise stream_error(
                 "ended the stream without a finish reason (truncated)", retryable=True
             )
-        for name, args in calls:
-            yield tool_call(name, json.dumps({} if args is None else args))
-        reason = "tool_calls" if calls else finish.lower()
-        yield ModelFinish(reason=reason, usage=usage)
+        out: list[ModelEvent] = [
+            tool_call(name, json.dumps({} if args is None else args)) for name, args in self._calls
+        ]
+        reason = "tool_calls" if self._calls else self._finish.lower()
+        out.append(ModelFinish(reason=reason, usage=self._usage))
+        return out

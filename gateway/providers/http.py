@@ -1,18 +1,23 @@
 """What the HTTP providers share: one pooled client, the request, its retries and timeouts.
 
 The vendors' wire formats differ; their failure modes do not. A subclass says where a
-request goes (``upstream``) and how to read the answer's server-sent events (``parse``);
-``HttpProvider.stream`` runs attempts of request and parse, and sends the request again
-(connection errors, silence, 408/409/429/5xx/529, a stream that drops, stalls or ends early)
-as long as the parser has yielded no text and no tool call of the step: nothing of it has
-reached the client, so nothing is lost or repeated. Opening events (OpenAI's role chunk,
-Anthropic's ``message_start`` or ``ping``, Gemini's empty first chunk) do not count. Before
-each wait it yields ``ModelRetrying``, which the client hears as ``response.retrying``.
+request goes (``upstream``) and how to read the answer's server-sent events (``parser``, a
+``StreamParser`` made for each attempt); ``HttpProvider`` runs attempts of request and
+parse, and sends the request again (connection errors, silence, 408/409/429/5xx/529, a
+stream that drops, stalls or ends early) as long as the parser has given no text and no
+tool call of the step: nothing of it has reached the client, so nothing is lost or
+repeated. Opening events (OpenAI's role chunk, Anthropic's ``message_start`` or ``ping``,
+Gemini's empty first chunk) do not count. Before each wait it gives ``ModelRetrying``,
+which the client hears as ``response.retrying``.
+
+The model's events are pushed (``Pushes``): the answer's bytes are parsed in the socket's
+callback and handed to the step's sink there, a read's worth at once (``Answer``);
+``stream`` is the same, through a small buffer, for callers that iterate.
 
 Timeouts: ``first_byte_timeout`` from sending the request to the first byte of the answer,
 then ``stall_timeout`` between bytes. A ``Retry-After`` longer than ``max_retry_after``
 fails at once. Each step reads its answer to the end so the connection goes back to the
-pool; cancelling the consumer closes the upstream request at once.
+pool; cancelling the step closes the upstream request at once.
 """
 
 from __future__ import annotations
@@ -24,36 +29,29 @@ import json
 import os
 import random
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
 
-import httpx
 import msgspec
 import structlog
 
-from gateway.core.model import (
-    ModelEvent,
-    ModelFinish,
-    ModelRequest,
-    ModelRetrying,
-    ModelText,
-    ModelToolCall,
-)
+from gateway.core.model import ModelEvent, ModelRequest, ModelRetrying, ModelToolCall
 from gateway.errors import ProviderError
-from gateway.providers.answer import Answer, check, silent
-from gateway.providers.base import Capabilities, RetryListener
+from gateway.providers.answer import Answer, StreamParser, check, silent
+from gateway.providers.base import Capabilities, ModelSink, RetryListener, Room
 from gateway.providers.failure import Attempt, display_url, seconds, transport_cause
 from gateway.providers.settings import HttpModel
 from gateway.providers.sse import SseEvent
-from gateway.providers.wire import AiohttpTransport
+from gateway.providers.wire import ConnectTimeout, HttpClient, HttpError
 
 __all__ = [
+    "ChunkDecoder",
     "HttpModel",
     "HttpProvider",
     "SseEvent",
+    "StreamParser",
     "Upstream",
     "api_key_from_env",
-    "json_object",
     "outcome_json",
     "safe_call_id",
     "stream_error",
@@ -61,6 +59,8 @@ __all__ = [
 ]
 
 log = structlog.get_logger("gateway.providers")
+
+T = TypeVar("T")
 
 
 class Upstream(msgspec.Struct, frozen=True):
@@ -103,35 +103,56 @@ class HttpProvider(abc.ABC):
     def __init__(self, settings: HttpModel, *, tools: bool = True) -> None:
         self.settings = settings
         self.capabilities = Capabilities(tools=tools, parallel_tool_calls=tools)
-        self.transport: httpx.AsyncBaseTransport | None = None
-        """Replaces the network (benchmarks and tests may set one)."""
         self.on_retry: RetryListener | None = None
         """Told each retry's reason (the gateway's metrics set it; see ``ReportsRetries``)."""
-        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._clients: dict[asyncio.AbstractEventLoop, HttpClient] = {}
 
     @abc.abstractmethod
     def upstream(self, request: ModelRequest) -> Upstream:
         """The HTTP request for one step."""
 
     @abc.abstractmethod
-    def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
-        """The model's events in the answer's SSE events: text and tool calls as they come,
-        ``ModelFinish`` last. Raises ``ProviderError`` (see ``stream_error``)."""
+    def parser(self) -> StreamParser:
+        """A reader of one answer's events: text and tool calls as they come, then the
+        ``ModelFinish`` (see ``StreamParser``; ``stream_error`` makes its failures)."""
+
+    def push(self, request: ModelRequest, sink: ModelSink, room: Room) -> asyncio.Task[None]:
+        """The model's events for ``request``, given to ``sink`` (see ``Pushes``)."""
+        return asyncio.ensure_future(self._push(request, sink, room))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """The model's events for ``request`` (see ``gateway.providers.base.Provider``)."""
+        pipe = _Pipe()
+        task = self.push(request, pipe.give, pipe)
+        task.add_done_callback(pipe.wake)
+        try:
+            while True:
+                if pipe.events:
+                    for event in pipe.take():
+                        yield event
+                elif task.done():
+                    task.result()  # raises the step's failure
+                    return
+                else:
+                    await pipe.wait()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _push(self, request: ModelRequest, sink: ModelSink, room: Room) -> None:
         upstream = self.upstream(request)
         url = display_url(upstream.url)
+        body = _json_bytes(upstream.body)
         attempt = 0
         while True:
-            said = False
+            said: list[bool] = [False]
             try:
-                async for event in self._attempt(upstream, url):
-                    said = said or isinstance(event, ModelText | ModelToolCall)
-                    yield event
+                await self._attempt(upstream, body, url, sink, room, said)
                 return
             except Attempt as failed:
-                if said or not failed.retry or attempt >= self.settings.max_retries:
+                if said[0] or not failed.retry or attempt >= self.settings.max_retries:
                     raise failed.after(attempt + 1, self.settings.api_key) from failed
                 retry = failed
             attempt += 1
@@ -144,7 +165,8 @@ class HttpProvider(abc.ABC):
                 delay=round(delay, 3),
             )
             self._report_retry(retry.kind)
-            yield ModelRetrying(attempt=attempt, delay=delay, reason=retry.reason)
+            if not sink([ModelRetrying(attempt=attempt, delay=delay, reason=retry.reason)]):
+                return
             await asyncio.sleep(delay)
 
     async def aclose(self) -> None:
@@ -155,21 +177,16 @@ class HttpProvider(abc.ABC):
         if client is not None:
             await client.aclose()
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> HttpClient:
         # One pooled client per event loop (tests run several loops in one process).
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
-        if client is None:
+        if client is None or client.is_closed:
             self._close_others(loop)
-            connect = self.settings.connect_timeout
-            # No read timeout here: the attempt times the first byte and each pause itself.
-            timeout = httpx.Timeout(connect=connect, read=None, write=connect, pool=connect)
-            most = self.settings.max_connections
-            limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
-            transport = self.transport or AiohttpTransport(
-                max_connections=most, connect_timeout=connect
+            client = HttpClient(
+                max_connections=self.settings.max_connections,
+                connect_timeout=self.settings.connect_timeout,
             )
-            client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
             self._clients[loop] = client
         return client
 
@@ -184,62 +201,53 @@ class HttpProvider(abc.ABC):
                 with contextlib.suppress(RuntimeError):  # it closed in the meantime
                     asyncio.run_coroutine_threadsafe(client.aclose(), other)
 
-    async def _attempt(self, upstream: Upstream, url: str) -> AsyncIterator[ModelEvent]:
-        """One try: send the request, yield what ``parse`` makes of the answer, read the
-        answer to its end, and only then yield the ``ModelFinish`` (so a consumer that
-        stops there leaves no connection behind)."""
+    async def _attempt(
+        self,
+        upstream: Upstream,
+        body: bytes,
+        url: str,
+        sink: ModelSink,
+        room: Room,
+        said: list[bool],
+    ) -> None:
+        """One try: send the request, give the sink what the parser makes of the answer,
+        read the answer to its end, and only then give the ``ModelFinish`` (the
+        connection is back in the pool by then, for the step that follows)."""
         client = self._client()
         loop = asyncio.get_running_loop()
         first = self.settings.first_byte_timeout
         deadline = None if first is None else loop.time() + first
-        request = client.build_request(
-            "POST", upstream.url, json=upstream.body, headers=upstream.headers
-        )
         try:
             async with asyncio.timeout_at(deadline):
-                response = await client.send(request, stream=True)
+                exchange = await client.post(upstream.url, upstream.headers, body)
         except TimeoutError as exc:
             raise silent(url, first) from exc
-        except httpx.TransportError as exc:
+        except HttpError as exc:
             raise self._unreachable(url, exc) from exc
-        finish: ModelFinish | None = None
-        body = Answer(response, url, deadline, self.settings)
+        except ValueError as exc:  # a header with a line break (a key read from a file?)
+            raise Attempt(
+                f"cannot send to {url}: {exc}", retry=False, reason=str(exc), kind="bad_request"
+            ) from exc
+        answer: Answer | None = None
         try:
-            await check(response, body, url, self.settings.max_retry_after)
-            async with (
-                contextlib.aclosing(body.events()) as events,
-                contextlib.aclosing(self.parse(events)) as parsed,
-            ):
-                try:
-                    async for event in parsed:
-                        if isinstance(event, ModelFinish):
-                            finish = event
-                        else:
-                            yield event
-                except Attempt:
-                    raise
-                except ProviderError as exc:
-                    raise Attempt(
-                        f"{url} {exc}",
-                        retry=exc.retryable,
-                        reason="the stream failed",
-                        kind="stream_error",
-                    ) from exc
-            if finish is None:
-                raise Attempt(
-                    f"{url} ended the stream before its finish (truncated)",
-                    retry=True,
-                    reason="the stream ended early",
-                    kind="truncated",
-                )
-            await body.drain()
+            await check(exchange, url, deadline, self.settings)
+            answer = Answer(
+                exchange, url, deadline, self.settings, parser=self.parser(), sink=sink, room=room
+            )
+            exchange.read(answer)
+            try:
+                finish = await answer.done
+            finally:
+                said[0] = answer.said
         finally:
-            body.close_timer()
-            await response.aclose()
-        yield finish
+            if answer is not None:
+                answer.stop()
+            exchange.close()
+        if finish is not None:
+            sink([finish])
 
-    def _unreachable(self, url: str, exc: httpx.TransportError) -> Attempt:
-        if isinstance(exc, httpx.ConnectTimeout):
+    def _unreachable(self, url: str, exc: HttpError) -> Attempt:
+        if isinstance(exc, ConnectTimeout):
             cause = f"no connection within {seconds(self.settings.connect_timeout)}"
         else:
             cause = transport_cause(exc)
@@ -255,27 +263,102 @@ class HttpProvider(abc.ABC):
                 log.exception("retry_listener_failed")
 
 
+class _Pipe:
+    """What ``HttpProvider.stream`` reads: a sink that buffers, and a ``Room`` that is
+    full while ``_PIPE_ROOM`` events wait."""
+
+    def __init__(self) -> None:
+        self.events: list[ModelEvent] = []
+        self.full = False
+        self._callbacks: list[Callable[[], None]] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def room(self) -> _Pipe:
+        return self
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        if self.full:
+            self._callbacks.append(callback)
+        else:
+            callback()
+
+    def give(self, events: list[ModelEvent]) -> bool:
+        self.events += events
+        self.full = len(self.events) >= _PIPE_ROOM
+        self.wake()
+        return True
+
+    def take(self) -> list[ModelEvent]:
+        events, self.events = self.events, []
+        self.full = False
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+        return events
+
+    def wake(self, _: object = None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
+_PIPE_ROOM = 256
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    try:
+        return msgspec.json.encode(body)
+    except (UnicodeEncodeError, msgspec.EncodeError):
+        # Half of a surrogate pair somewhere in the history: escaped, as JSON allows.
+        return json.dumps(body).encode()
+
+
 def _backoff(attempt: int) -> float:
     """Seconds before retry number ``attempt`` (1-based) when the server asked nothing:
     exponential (0.5 s, 1 s, 2 s...) with full jitter."""
     return random.uniform(0, 0.5 * 2 ** (attempt - 1))
 
 
-def json_object(data: str) -> dict[str, Any]:
-    """One streamed chunk, which must be a JSON object."""
-    try:
-        value = msgspec.json.decode(data)  # several times faster, on every chunk
-    except msgspec.DecodeError:
+class ChunkDecoder(Generic[T]):
+    """Decodes a streamed chunk (the bytes of one event's JSON) into ``kind``: a struct of
+    only the fields the provider reads, so nothing else of the chunk becomes an object.
+    Made once per provider class. A chunk of another shape fails the step clearly."""
+
+    def __init__(self, kind: type[T]) -> None:
+        self._kind = kind
+        self._decode = msgspec.json.Decoder(kind).decode
+
+    def __call__(self, data: bytes) -> T:
+        try:
+            return self._decode(data)
+        except msgspec.ValidationError as exc:
+            raise _wrong_shape(data, exc) from exc
+        except msgspec.DecodeError:
+            pass
         # What msgspec refuses and Python's json takes: half of a UTF-16 surrogate pair
         # escaped (a server cutting an emoji between chunks; gateway.text pairs them
         # again), NaN. Anything else fails here too.
         try:
-            value = json.loads(data)
+            value = json.loads(data.decode("utf-8", "replace"))
         except json.JSONDecodeError as exc:
             raise stream_error("sent a chunk that is not JSON") from exc
-    if not isinstance(value, dict):
-        raise stream_error("sent a chunk that is not a JSON object")
-    return value
+        try:
+            return msgspec.convert(value, self._kind)
+        except msgspec.ValidationError as exc:
+            raise _wrong_shape(data, exc) from exc
+
+
+def _wrong_shape(data: bytes, exc: msgspec.ValidationError) -> ProviderError:
+    if not data.lstrip().startswith(b"{"):
+        return stream_error("sent a chunk that is not a JSON object")
+    return stream_error(f"sent a chunk of an unexpected shape ({exc})")
 
 
 def outcome_json(output: Any, error: str | None) -> str:

@@ -8,16 +8,18 @@ are assembled by ``index`` (name first, arguments as JSON text in pieces).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
+
+import msgspec
 
 from gateway.core.model import ModelEvent, ModelFinish, ModelRequest, ModelText, ModelUsage
 from gateway.core.transcript import AssistantTurn, ContextNote, ToolOutcome, UserTurn
 from gateway.providers.http import (
+    ChunkDecoder,
     HttpProvider,
     SseEvent,
+    StreamParser,
     Upstream,
-    json_object,
     outcome_json,
     safe_call_id,
     stream_error,
@@ -100,38 +102,96 @@ class OpenAIProvider(HttpProvider):
         url = self.settings.base_url.rstrip("/") + "/chat/completions"
         return Upstream(url, self.body(request), headers)
 
-    async def parse(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ModelEvent, None]:
-        calls: dict[int, dict[str, str]] = {}
-        finish: str | None = None
-        usage: ModelUsage | None = None
-        async for event in events:
-            if event.data == "[DONE]":
+    def parser(self) -> StreamParser:
+        return _Stream()
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _Fragment(msgspec.Struct):
+    index: int | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_Fragment] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """A ``chat.completion.chunk``: only what is read of it."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_chunk = ChunkDecoder(_Chunk)
+
+
+class _Stream:
+    """One answer's chunks: text as it comes, tool calls assembled from their fragments by
+    ``index`` (the name first, the arguments' JSON text in pieces), the finish at ``[DONE]``
+    or the end of the body."""
+
+    __slots__ = ("_calls", "_finish", "_usage", "over")
+
+    def __init__(self) -> None:
+        self._calls: dict[int, list[str]] = {}
+        self._finish: str | None = None
+        self._usage: ModelUsage | None = None
+        self.over = False
+
+    def feed(self, events: list[SseEvent]) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for event in events:
+            if event.data == b"[DONE]":
+                self.over = True
                 break
-            chunk = json_object(event.data)
-            if chunk.get("error"):  # some compatible servers report failures in the stream
-                raise stream_error(f"sent an error: {_message(chunk['error'])}", retryable=True)
-            if chunk.get("usage"):
-                usage = ModelUsage(
-                    input_tokens=chunk["usage"].get("prompt_tokens", 0),
-                    output_tokens=chunk["usage"].get("completion_tokens", 0),
+            chunk = _chunk(event.data)
+            if chunk.error:  # some compatible servers report failures in the stream
+                raise stream_error(f"sent an error: {_message(chunk.error)}", retryable=True)
+            usage = chunk.usage
+            if usage is not None:
+                self._usage = ModelUsage(
+                    input_tokens=usage.prompt_tokens or 0,
+                    output_tokens=usage.completion_tokens or 0,
                 )
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                if delta.get("content"):
-                    yield ModelText(delta["content"])
-                for fragment in delta.get("tool_calls") or []:
-                    call = calls.setdefault(fragment.get("index", 0), {"name": "", "arguments": ""})
-                    function = fragment.get("function") or {}
-                    call["name"] += function.get("name") or ""
-                    call["arguments"] += function.get("arguments") or ""
-                finish = choice.get("finish_reason") or finish
-        if finish is None:
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if delta is not None:
+                    if delta.content:
+                        out.append(ModelText(delta.content))
+                    for fragment in delta.tool_calls or ():
+                        call = self._calls.setdefault(fragment.index or 0, ["", ""])
+                        function = fragment.function
+                        if function is not None:
+                            call[0] += function.name or ""
+                            call[1] += function.arguments or ""
+                self._finish = choice.finish_reason or self._finish
+        return out
+
+    def end(self) -> list[ModelEvent]:
+        if self._finish is None:
             raise stream_error(
                 "ended the stream without a finish reason (truncated)", retryable=True
             )
-        for index in sorted(calls):
-            yield tool_call(calls[index]["name"], calls[index]["arguments"])
-        yield ModelFinish(reason=finish, usage=usage)
+        out: list[ModelEvent] = [tool_call(*self._calls[index]) for index in sorted(self._calls)]
+        out.append(ModelFinish(reason=self._finish, usage=self._usage))
+        return out
 
 
 def _tool_choice(choice: str) -> str | dict[str, Any]:
