@@ -355,3 +355,25 @@ def test_the_providers_stream_on_uvloop_as_the_gateway_runs_them(provider):
     assert texts == ["one two", "three"]
     assert len(ports) == 2
     assert len(set(ports)) == 1, ports
+
+
+async def test_a_burst_the_session_reads_slower_than_it_comes_leaves_a_usable_connection():
+    # 500 chunks in one write: the session's backlog fills, the client stops reading the
+    # socket until the session has room. The connection must go back to the pool reading
+    # again, or the next turn's answer on it is never read.
+    words = [f"w{i} " for i in range(500)]
+    chunks = [{"choices": [{"index": 0, "delta": {"content": word}}]} for word in words]
+    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    burst = b"".join(sse(chunk) for chunk in [*chunks, last]) + sse("[DONE]")
+    async with raw_llm(Answer(pieces=(burst,))) as llm:
+        async with (
+            serving(agent=str(AGENT), model="openai:m", base_url=llm.url + "/v1") as gateway,
+            session(gateway.url) as (conn, _),
+        ):
+            for _ in range(3):
+                await conn.send(UserMessage(text="go"))
+                events = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+                assert streamed_text(events) == "".join(words)
+                assert events[-1].status == "completed"
+    assert len(llm.seen) == 3
+    assert len(llm.ports()) == 1

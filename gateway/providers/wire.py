@@ -271,6 +271,7 @@ class _Connection(asyncio.Protocol):
         """It served an answer before this one."""
         self.counted = False
         """It counts in the client's open connections (from its connect until it is gone)."""
+        self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport's subclasses, but have its methods.
@@ -316,6 +317,17 @@ class _Connection(asyncio.Protocol):
         else:
             self.drop()
 
+    def reading(self, on: bool) -> None:
+        """Read the socket, or stop (the reader of the answer has no room)."""
+        transport = self.transport
+        if transport is None or self.lost or on is not self.paused or transport.is_closing():
+            return
+        self.paused = not on
+        if on:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
     def drop(self) -> None:
         if self.transport is not None and not self.lost:
             self.transport.abort()
@@ -359,14 +371,12 @@ class Exchange:
 
     def pause(self) -> None:
         """Stop reading the socket (the reader has no room); ``resume`` goes on."""
-        transport = self._connection.transport
-        if transport is not None and not self._closed and not transport.is_closing():
-            transport.pause_reading()
+        if not self._closed:
+            self._connection.reading(False)
 
     def resume(self) -> None:
-        transport = self._connection.transport
-        if transport is not None and not self._closed and not transport.is_closing():
-            transport.resume_reading()
+        if not self._closed:
+            self._connection.reading(True)
 
     def close(self) -> None:
         """Done with the exchange: a whole answer's connection goes back to the pool, any
@@ -379,7 +389,7 @@ class Exchange:
             self.head.cancel()  # nobody waits for it any more
         keep = self.complete and self._keep_alive
         if keep:
-            self.resume()  # it may have been paused
+            self._connection.reading(True)  # it may have been paused
         self._connection.finished(self, keep)
 
     # What the connection calls.
@@ -430,8 +440,9 @@ class Exchange:
         headers = self.headers
         # Read now: llhttp forgets it once the message is complete.
         self._keep_alive = self._parser.should_keep_alive()
-        self._ends_at_close = "content-length" not in headers and "chunked" not in headers.get(
-            "transfer-encoding", ""
+        self._ends_at_close = (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
         )
         coding = headers.get("content-encoding", "identity").strip().lower()
         if coding in ("gzip", "deflate"):  # asked for none; some servers send it anyway
@@ -440,6 +451,8 @@ class Exchange:
             self.head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self._failure is not None:
+            return  # the rest of a read after a failure within it
         if self._inflate is not None:
             try:
                 body = self._inflate.decompress(body)
@@ -448,6 +461,8 @@ class Exchange:
                     ConnectionBroke(f"the server sent a body that does not inflate ({exc})")
                 )
                 return
+            if not body:
+                return
         reader = self._reader
         if reader is not None:
             reader.data(body)
@@ -455,7 +470,10 @@ class Exchange:
             self._early.append(body)
 
     def on_message_complete(self) -> None:
-        if 100 <= self.status < 200:
+        if 100 <= self.status < 200 or self._failure is not None:
+            return
+        if self._inflate is not None and not self._inflate.eof:
+            self._broke(ConnectionBroke("the server sent a compressed body cut short"))
             return
         self.complete = True
         reader = self._reader
