@@ -109,6 +109,9 @@ BENCH_ONLY := gateway,starlette-sansio/msgspec
 # With a real model upstream (SSE over HTTP, the harness's paced OpenAI-compatible server):
 # the gateway's openai provider against the leanest hand-written relay (issue 35).
 BENCH_UPSTREAM := gateway-openai,relay-aiohttp-lean
+# The same for each HTTP adapter: its own upstream (bench/upstream_vendors.py serves
+# Anthropic's and Gemini's streams), from the project's targets file.
+BENCH_VENDORS := --targets ../bench/targets_vendors.json --only gateway-openai,gateway-anthropic,gateway-gemini
 
 .bench/.installed: $(STAMP)
 	@test -f $(SHARED_BENCH)/run_all.py || { echo "no harness at $(SHARED_BENCH): make bench SHARED_BENCH=..."; exit 1; }
@@ -117,12 +120,15 @@ BENCH_UPSTREAM := gateway-openai,relay-aiohttp-lean
 	.bench/.venv/bin/pip install --quiet -r .bench/requirements.txt -e .
 	touch $@
 
-# Then the project's own process benchmarks (bench/cycle.py, bench/upstream.py), from the
-# project venv (llmock is a test dependency): the client-function cycle and the ping round
-# trip, and the gateway's overhead on an llmock stream. They print figures, assert nothing.
+# Then the project's own process benchmarks (bench/first_delta_relay.py, bench/cycle.py,
+# bench/upstream.py), from the project venv (llmock is a test dependency): the first delta
+# against the lean relay's, the client-function cycle and the ping round trip, and the
+# gateway's overhead on an llmock stream. They print figures, assert nothing.
 bench: .bench/.installed
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_ONLY) --repeats 2 --sizes 10000 --streams-c 1000,2000
 	cd .bench && .venv/bin/python run_all.py --only $(BENCH_UPSTREAM) --repeats 3 --streams-c 1000
+	cd .bench && .venv/bin/python run_all.py $(BENCH_VENDORS) --scenarios fanout,streams --repeats 1 --streams-c 1000
+	$(BIN)/python -m bench.first_delta_relay --rounds 200
 	$(BIN)/python -m bench.cycle
 	$(BIN)/python -m bench.upstream
 

@@ -48,3 +48,12 @@ def test_an_event_that_never_ends_fails_the_step_not_the_gateway():
     decoder.feed(b"data: " + b"x" * (MAX_EVENT_BYTES - 6))
     with pytest.raises(ProviderError, match="longer than"):
         decoder.feed(b"xx")
+
+
+def test_named_events_of_one_data_line_and_their_neighbours():
+    body = (
+        b"data: a\n\nevent: only a name\n\nevent: ping\ndata: {}\n\nevent: x\ndata: 1\ndata: 2\n\n"
+    )
+    expected = [SseEvent("message", b"a"), SseEvent("ping", b"{}"), SseEvent("x", b"1\n2")]
+    assert decode(body) == expected
+    assert decode(*(body[i : i + 5] for i in range(0, len(body), 5))) == expected

@@ -6,8 +6,9 @@ far. Only ``event:`` and ``data:`` fields matter to the model APIs; comments (``
 other fields are skipped. The data stays bytes: the providers decode its JSON from them, so
 no text is made of it on the way (a sequence cut between two reads is whole by then).
 
-Most events are one ``data:`` line (OpenAI's, Gemini's): one slice of the read, and no line
-objects; the others (Anthropic's ``event:`` line first, several data lines) go line by line.
+Most events are one ``data:`` line (OpenAI's, Gemini's), or an ``event:`` line and one
+``data:`` line (Anthropic's): one slice of the read, and no line objects; the others
+(several data lines, comments, other fields) go line by line.
 """
 
 from __future__ import annotations
@@ -47,8 +48,17 @@ class SseDecoder:
         events: list[SseEvent] = []
         start = 0
         while (end := chunk.find(b"\n\n", start)) >= 0:
-            if chunk.startswith(b"data: ", start) and chunk.find(b"\n", start, end) < 0:
-                events.append(SseEvent("message", chunk[start + 6 : end]))  # the common case
+            line = chunk.find(b"\n", start, end)
+            if line < 0 and chunk.startswith(b"data: ", start):
+                events.append(SseEvent("message", chunk[start + 6 : end]))  # OpenAI, Gemini
+            elif (
+                line >= 0
+                and chunk.startswith(b"event: ", start)
+                and chunk.startswith(b"data: ", line + 1)
+                and chunk.find(b"\n", line + 1, end) < 0
+            ):  # Anthropic: a named event of one data line
+                name = chunk[start + 7 : line].strip().decode("utf-8", "replace")
+                events.append(SseEvent(name, chunk[line + 7 : end]))
             else:
                 _block(chunk[start:end], events)
             start = end + 2
