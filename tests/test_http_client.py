@@ -14,6 +14,7 @@ import errno
 import functools
 import gzip
 import socket
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pytest
+import trustme
 import uvloop
 
+from gateway.providers.failure import transport_cause
 from gateway.providers.wire import (
     ConnectFailed,
     ConnectionBroke,
@@ -106,9 +109,11 @@ class RawServer:
 
 
 @asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
-    """A server on 127.0.0.1 and a free port; ``handler`` serves each connection, which is
-    closed when it returns."""
+async def raw_server(
+    handler: Handler, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[RawServer]:
+    """A server on 127.0.0.1 and a free port (HTTPS with ``tls``); ``handler`` serves each
+    connection, which is closed when it returns."""
     server = RawServer()
     tasks: set[asyncio.Task[Any]] = set()
 
@@ -128,9 +133,10 @@ async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
             writer.close()
             tasks.discard(task)
 
-    listening = await asyncio.start_server(accepted, "127.0.0.1", 0)
+    listening = await asyncio.start_server(accepted, "127.0.0.1", 0, ssl=tls)
     port = listening.sockets[0].getsockname()[1]
-    server.url = f"http://127.0.0.1:{port}/v1/chat?stream=1"
+    scheme = "https" if tls else "http"
+    server.url = f"{scheme}://127.0.0.1:{port}/v1/chat?stream=1"
     try:
         yield server
     finally:
@@ -148,9 +154,11 @@ async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
 
 @asynccontextmanager
 async def http_client(
-    max_connections: int = 4, connect_timeout: float | None = WAIT
+    max_connections: int = 4,
+    connect_timeout: float | None = WAIT,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[HttpClient]:
-    client = HttpClient(max_connections=max_connections, connect_timeout=connect_timeout)
+    client = HttpClient(max_connections=max_connections, connect_timeout=connect_timeout, tls=tls)
     try:
         yield client
     finally:
@@ -233,6 +241,38 @@ async def fetch(client: HttpClient, url: str, body: bytes = b"{}") -> bytes:
         return await read_whole(exchange)
     finally:
         exchange.close()
+
+
+# 0. HTTPS.
+
+
+@pytest.fixture(scope="module")
+def test_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+async def test_an_https_answer_is_read_whole_on_a_kept_connection(test_ca: trustme.CA) -> None:
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    test_ca.issue_cert("127.0.0.1").configure_cert(served)
+    trusted = ssl.create_default_context()
+    test_ca.configure_trust(trusted)
+    async with (
+        raw_server(answer_each(b"one", b"two"), tls=served) as server,
+        http_client(tls=trusted) as client,
+    ):
+        assert await fetch(client, server.url) == b"one"
+        assert await fetch(client, server.url) == b"two"
+    assert len(server.peers) == 1
+
+
+async def test_a_certificate_the_store_does_not_trust_is_refused(test_ca: trustme.CA) -> None:
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    test_ca.issue_cert("127.0.0.1").configure_cert(served)
+    async with raw_server(answer_each(b"never"), tls=served) as server, http_client() as client:
+        with pytest.raises(ConnectFailed) as failed:
+            await soon(client.post(server.url, {}, b"{}"))
+    assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError)
+    assert transport_cause(failed.value) == "TLS failed (certificate verify failed)"
 
 
 # 1. Chunked, kept alive.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -95,6 +96,8 @@ def transport_cause(exc: Exception) -> str:
     while seen is not None:
         if isinstance(seen, socket.gaierror):
             return f"cannot resolve the host ({seen.strerror or seen})"
+        if isinstance(seen, ssl.SSLError):  # its errno is OpenSSL's, not the OS's
+            return f"TLS failed ({(seen.reason or str(seen)).lower().replace('_', ' ')})"
         if isinstance(seen, OSError) and seen.errno is not None:
             return os.strerror(seen.errno).lower()
         seen = seen.__cause__ or seen.__context__

@@ -85,15 +85,23 @@ class HttpClient:
     Args:
         max_connections: connections open at once; a request beyond waits for one.
         connect_timeout: seconds to get a connection (from the pool or a new one).
+        tls: how HTTPS servers are checked; by default against certifi's certificate
+            store (httpx's, before: the same servers are trusted).
     """
 
-    def __init__(self, *, max_connections: int, connect_timeout: float | None) -> None:
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        connect_timeout: float | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._max = max_connections
         self._connect_timeout = connect_timeout
         self._idle: dict[_Key, list[_Connection]] = {}
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._tls: ssl.SSLContext | None = None
+        self._tls = tls
         self.is_closed = False
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> Exchange:
@@ -201,7 +209,6 @@ class HttpClient:
         tls = None
         if scheme == "https":
             if self._tls is None:
-                # httpx's trust store (certifi), as before: the same servers are trusted.
                 self._tls = ssl.create_default_context(cafile=certifi.where())
             tls = self._tls
         try:
