@@ -25,6 +25,7 @@ import pytest
 import trustme
 import uvloop
 
+from gateway.providers import wire
 from gateway.providers.failure import transport_cause
 from gateway.providers.wire import (
     ConnectFailed,
@@ -438,6 +439,17 @@ async def test_a_connection_closed_by_the_server_after_its_answer_is_replaced() 
         await soon(first_closed.wait())
         assert await fetch(client, server.url) == b"answer 1"
     assert len(server.peers) == 2
+
+
+async def test_a_connection_idle_too_long_is_closed_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A NAT may drop an idle connection without a word: past KEEP_IDLE it is not trusted.
+    monkeypatch.setattr(wire, "KEEP_IDLE", -1.0)  # every idle connection is too old
+    async with raw_server(answer_each(b"one", b"two")) as server, http_client() as client:
+        assert await fetch(client, server.url) == b"one"
+        assert await fetch(client, server.url) == b"two"
+    assert len(server.peers) == 2  # the first was closed, not used again
 
 
 async def test_a_request_on_a_connection_the_server_closes_unanswered_is_sent_again() -> None:

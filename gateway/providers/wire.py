@@ -11,9 +11,9 @@ no future, no copy per chunk.
 ``HttpClient.post`` sends a request and returns its ``Exchange`` once the response's head
 is in (status and headers); ``Exchange.read`` hands the body to a ``BodyReader`` as it
 comes. Connections are kept alive and pooled per client (one per event loop, as a provider
-keeps it), at most ``max_connections`` open; one whose response was read to its end goes
-back to the pool on ``Exchange.close``, any other is dropped at once, so the model server
-sees the request end. A request that finds its kept-alive connection closed by the server
+keeps it), at most ``max_connections`` open, and used again for ``KEEP_IDLE`` seconds at
+most; one whose response was read to its end goes back to the pool on ``Exchange.close``,
+any other is dropped at once, so the model server sees the request end. A request that finds its kept-alive connection closed by the server
 before any byte of the answer is sent once more on a new one, as browsers do.
 
 Failures are ``HttpError``s: ``ConnectFailed`` (the OS error as its cause),
@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 USER_AGENT = "conversation-gateway"
+KEEP_IDLE = 15.0
+"""Seconds an idle connection is used again; an older one is closed instead when next
+picked (a server, a proxy or a NAT may have dropped it silently, and the request would
+wait for its first byte in vain)."""
 
 
 class HttpError(Exception):
@@ -184,10 +188,17 @@ class HttpClient:
 
     def _pooled(self, key: _Key) -> _Connection | None:
         idle = self._idle.get(key)
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
         while idle:
             connection = idle.pop()
-            if not connection.lost:
-                return connection
+            if connection.lost:
+                continue
+            if now - connection.idle_since > KEEP_IDLE:
+                connection.drop()  # its slot is freed as it goes
+                continue
+            return connection
         return None
 
     def _close_one_idle(self) -> bool:
@@ -279,6 +290,7 @@ class _Connection(asyncio.Protocol):
         self.counted = False
         """It counts in the client's open connections (from its connect until it is gone)."""
         self.paused = False
+        self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport's subclasses, but have its methods.
@@ -320,6 +332,7 @@ class _Connection(asyncio.Protocol):
         self.exchange = None
         if keep and not self.lost:
             self.reused = True
+            self.idle_since = asyncio.get_running_loop().time()
             self.client._give_back(self)
         else:
             self.drop()
