@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ from gateway.__main__ import build_server
 from gateway.config import Config
 from gateway.core.model import ModelEvent, ModelRequest
 from gateway.edge.app import create_app
-from gateway.providers.base import Provider, ReportsRetries, RetryListener
+from gateway.providers.base import ModelSink, Provider, Pushes, ReportsRetries, RetryListener, Room
 from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.runtime import Runtime, agent_from_config
 from gateway.wire.v1 import (
@@ -54,6 +54,16 @@ class RecordingProvider:
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
         return self.inner.stream(request)
+
+    def push(self, request: ModelRequest, sink: ModelSink, room: Room) -> Awaitable[None] | None:
+        """The inner provider's ``push``, where it has one: the path the gateway takes with
+        it (the HTTP adapters, the scripted model's paced answers), tested as it runs."""
+        if not isinstance(self.inner, Pushes):
+            return None
+        played = self.inner.push(request, sink, room)
+        if played is not None:  # else the driver calls ``stream``, which records it
+            self.requests.append(request)
+        return played
 
     async def aclose(self) -> None:
         await self.inner.aclose()
