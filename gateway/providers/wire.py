@@ -13,8 +13,9 @@ is in (status and headers); ``Exchange.read`` hands the body to a ``BodyReader``
 comes. Connections are kept alive and pooled per client (one per event loop, as a provider
 keeps it), at most ``max_connections`` open, and used again for ``KEEP_IDLE`` seconds at
 most; one whose response was read to its end goes back to the pool on ``Exchange.close``,
-any other is dropped at once, so the model server sees the request end. A request that finds its kept-alive connection closed by the server
-before any byte of the answer is sent once more on a new one, as browsers do.
+any other is dropped at once, so the model server sees the request end. A request that
+finds its kept-alive connection closed by the server before any byte of the answer is sent
+once more on a new one, as browsers do.
 
 Failures are ``HttpError``s: ``ConnectFailed`` (the OS error as its cause),
 ``ConnectTimeout`` and ``ConnectionBroke``. The providers know nothing else of this module
