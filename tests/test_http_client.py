@@ -651,6 +651,18 @@ async def test_an_answer_that_is_not_http_fails_and_drops_the_connection() -> No
 # 8. Header injection.
 
 
+async def test_a_head_that_never_ends_fails_within_its_bound() -> None:
+    async def endless(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nx-long: ")
+        while True:  # until the client drops the connection (a ConnectionError ends it)
+            await peer.send(b"a" * 16384)
+
+    async with raw_server(endless) as server, http_client() as client:
+        with pytest.raises(ConnectionBroke, match="head over"):
+            await soon(client.post(server.url, {}, b"{}"))
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [("x-key", "k\r\nx-injected: yes"), ("x-key", "k\nx-injected: yes"), ("x-a: b", "c")],

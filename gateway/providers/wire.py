@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 USER_AGENT = "conversation-gateway"
+MAX_HEAD_BYTES = 64 * 1024
+"""The most an answer's status line and headers may take (a server that never ends them
+fails the request rather than fill the memory)."""
 KEEP_IDLE = 15.0
 """Seconds an idle connection is used again; an older one is closed instead when next
 picked (a server, a proxy or a NAT may have dropped it silently, and the request would
@@ -374,6 +377,7 @@ class Exchange:
         self._failure: HttpError | None = None
         self._ends_at_close = False
         self._keep_alive = False
+        self._head_size = 0
         self._inflate: zlib._Decompress | None = None
         self._closed = False
 
@@ -423,6 +427,11 @@ class Exchange:
             self._broke(ConnectionBroke("the server switched protocols"))
         except httptools.HttpParserError as exc:
             self._broke(ConnectionBroke(f"the server sent a malformed HTTP answer ({exc})"))
+            return
+        if not self.head.done():  # llhttp bounds no head: this client does
+            self._head_size += len(data)
+            if self._head_size > MAX_HEAD_BYTES:
+                self._broke(ConnectionBroke(f"the server sent a head over {MAX_HEAD_BYTES} bytes"))
 
     def lost(self, exc: Exception | None) -> None:
         if self.complete:
