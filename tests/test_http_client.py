@@ -234,6 +234,16 @@ async def read_whole(exchange: Exchange) -> bytes:
     return body.bytes
 
 
+async def read_through(client: HttpClient, url: str) -> Body:
+    """Post, read the answer however it ends, and close the exchange: what the reader saw."""
+    exchange = await soon(client.post(url, {}, b"{}"))
+    body = Body()
+    exchange.read(body)
+    await soon(body.done.wait())
+    exchange.close()
+    return body
+
+
 async def fetch(client: HttpClient, url: str, body: bytes = b"{}") -> bytes:
     """Post, read the answer whole and give the connection back."""
     exchange = await soon(client.post(url, {}, body))
@@ -410,11 +420,7 @@ async def test_a_gzip_body_cut_short_fails() -> None:
         await peer.gone()
 
     async with raw_server(handler) as server, http_client() as client:
-        exchange = await soon(client.post(server.url, {}, b"{}"))
-        body = Body()
-        exchange.read(body)
-        await soon(body.done.wait())
-        exchange.close()
+        body = await read_through(client, server.url)
     assert body.calls == ["fail"]
 
 
@@ -516,11 +522,7 @@ async def test_a_chunked_body_cut_by_the_close_fails_whatever_the_case_of_its_he
         await peer.send(chunks(b"data: a\n\n")[:-5])  # and closed, the last chunk unsent
 
     async with raw_server(handler) as server, http_client() as client:
-        exchange = await soon(client.post(server.url, {}, b"{}"))
-        body = Body()
-        exchange.read(body)
-        await soon(body.done.wait())
-        exchange.close()
+        body = await read_through(client, server.url)
     assert body.calls == ["fail"]
 
 
@@ -623,11 +625,7 @@ async def test_a_body_cut_by_the_close_fails_the_reader(framing: str) -> None:
             await peer.send(CHUNKED_HEAD + chunks(b"data: a\n\n")[:-5])
 
     async with raw_server(handler) as server, http_client() as client:
-        exchange = await soon(client.post(server.url, {}, b"{}"))
-        body = Body()
-        exchange.read(body)
-        await soon(body.done.wait())
-        exchange.close()
+        body = await read_through(client, server.url)
     assert body.calls == ["fail"]
     assert isinstance(body.failure, ConnectionBroke)
     assert body.bytes.startswith(b"data: a\n\n")
