@@ -117,7 +117,8 @@ BENCH_VENDORS := --targets ../bench/targets_vendors.json --only gateway-openai,g
 	@test -f $(SHARED_BENCH)/run_all.py || { echo "no harness at $(SHARED_BENCH): make bench SHARED_BENCH=..."; exit 1; }
 	rm -rf .bench && cp -r $(SHARED_BENCH) .bench
 	$(PYTHON) -m venv .bench/.venv
-	.bench/.venv/bin/pip install --quiet -r .bench/requirements.txt -e .
+	# aiohttp: the lean hand-written relay's client (the gateway no longer depends on it).
+	.bench/.venv/bin/pip install --quiet -r .bench/requirements.txt "aiohttp>=3.10" -e .
 	touch $@
 
 # Then the project's own process benchmarks (bench/first_delta_relay.py, bench/cycle.py,
