@@ -20,6 +20,9 @@ class ServerError(ClientError):
         self.event = event
         self.code = event.code  # type: ignore[assignment]  # any wire code, not only ours
         self.retryable = event.retryable
+        self.retry_after = event.retry_after
+        """Seconds after which the same request may succeed (``rate_limited``,
+        ``budget_exceeded``), if the gateway said."""
 
 
 class SessionClosed(ClientError):

@@ -34,6 +34,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         str | None,
         Meta(description="The agent TOML file to serve; unset serves the bundled demo agent."),
     ] = None
+    limits: Annotated[
+        str | None,
+        Meta(description="A TOML file of usage limits and model prices (docs/usage.md)."),
+    ] = None
+    """Limits per API key, end user and agent (tokens and requests per minute, cost per day
+    and month, concurrent sessions), checked before every model step; prices per model.
+    Without it, usage is still counted (``GET /v1/usage``), nothing is limited and costs
+    are unknown."""
     model: Annotated[
         str | None,
         Meta(description="The model, provider:model (openai:gpt-4o-mini), replacing the agent's."),

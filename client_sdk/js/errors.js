@@ -28,6 +28,9 @@ export class ServerError extends ClientError {
     this.code = event.code;
     /** @type {boolean} */
     this.retryable = Boolean(event.retryable);
+    /** Seconds after which the same request may succeed (`rate_limited`,
+     * `budget_exceeded`), if the gateway said. @type {number | null} */
+    this.retryAfter = event.retry_after ?? null;
   }
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gateway.core.principal import ANONYMOUS
 from gateway.errors import TooManySessions
@@ -93,22 +93,40 @@ class SessionQuota:
     Args:
         max_total: sessions the gateway holds at most (``None``: no limit).
         max_per_principal: sessions one principal holds at most (``None``: no limit).
+        caps: the limits file's ``concurrent_sessions`` a session of a principal with an
+            agent counts against, as ``(subject, at most)`` (``Budgets.session_caps``).
     """
 
-    def __init__(self, *, max_total: int | None, max_per_principal: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        max_total: int | None,
+        max_per_principal: int | None,
+        caps: Callable[[str, str], list[tuple[str, int]]] | None = None,
+    ) -> None:
         self._max_total = max_total
         self._max_per_principal = max_per_principal
+        self._caps = caps
         self._held: Counter[str] = Counter()
+        self._by_subject: Counter[str] = Counter()
         self.total = 0
         """Sessions held now."""
 
-    def reserve(self, principal: str) -> None:
-        """Count a new session of ``principal``.
+    def reserve(self, principal: str, agent: str = "") -> None:
+        """Count a new session of ``principal`` with ``agent``.
 
         Raises:
-            TooManySessions: 4029 when the principal holds its quota, 1013 when the
-                gateway is full; nothing is counted then.
+            TooManySessions: 4029 when the principal holds its quota, or its key, end
+                user or agent its ``concurrent_sessions``; 1013 when the gateway is full;
+                nothing is counted then.
         """
+        caps = self._caps(principal, agent) if self._caps is not None else []
+        for subject, most in caps:
+            if self._by_subject[subject] >= most:
+                raise TooManySessions(
+                    f"too many sessions: at most {most} for {_whose(subject)}",
+                    label="too_many_sessions",
+                )
         # Without auth every client is the same anonymous principal: only the total holds.
         if (
             self._max_per_principal is not None
@@ -123,14 +141,27 @@ class SessionQuota:
             raise TooManySessions(label="gateway_full")
         self._held[principal] += 1
         self.total += 1
+        for subject, _ in caps:
+            self._by_subject[subject] += 1
 
-    def release(self, principal: str) -> None:
-        """A session of ``principal`` ended."""
+    def release(self, principal: str, agent: str = "") -> None:
+        """A session of ``principal`` with ``agent`` ended."""
         self.total -= 1
         self._held[principal] -= 1
         if self._held[principal] <= 0:
             del self._held[principal]
+        for subject, _ in self._caps(principal, agent) if self._caps is not None else []:
+            self._by_subject[subject] -= 1
+            if self._by_subject[subject] <= 0:
+                del self._by_subject[subject]
 
     def held(self, principal: str) -> int:
         """Sessions ``principal`` holds now."""
         return self._held[principal]
+
+
+def _whose(subject: str) -> str:
+    """A limit's subject as a client may read it: not the key's name nor the user's id."""
+    if subject.startswith("agent:"):
+        return "this agent"
+    return "this user" if "/user:" in subject else "this app's key"

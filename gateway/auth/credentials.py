@@ -23,6 +23,7 @@ import msgspec
 import structlog
 
 from gateway.auth.api_key import ApiKeys
+from gateway.auth.limits import user_limits
 from gateway.auth.origin import is_loopback_host, normalize_origin
 from gateway.config import Config
 from gateway.core.principal import ANONYMOUS, Principal
@@ -88,7 +89,8 @@ class TokenRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         | None
     ) = None
     user: dict[str, Any] | None = None
-    """``{"id": ..., "scopes": [...], ...}``: the end user; other keys are free-form claims."""
+    """``{"id": ..., "scopes": [...], "limits": {...}, ...}``: the end user; ``limits`` are
+    their usage limits (docs/usage.md), other keys free-form claims."""
 
 
 class _User(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -236,6 +238,11 @@ def _user_from(raw: dict[str, Any]) -> _User:
         or not all(isinstance(s, str) and 0 < len(s) <= 128 for s in scopes)
     ):
         raise TokenRequestError("user.scopes: expected up to 64 strings")
+    if "limits" in extra:  # the end user's own usage limits (docs/usage.md)
+        try:
+            extra["limits"] = msgspec.to_builtins(user_limits(extra["limits"]))
+        except ValueError as exc:
+            raise TokenRequestError(str(exc)) from exc
     return _User(id=user_id, scopes=tuple(scopes), claims=extra)
 
 

@@ -15,7 +15,7 @@ from gateway.core.audio import AudioSettings
 from gateway.core.call import Call
 from gateway.core.inbound import DecodeFailure, Inbound
 from gateway.core.model import ModelEvent, ModelRequest
-from gateway.core.outbound import ServerMsg
+from gateway.core.outbound import LimitHit, ServerMsg
 
 __all__ = [
     "CallModel",
@@ -62,11 +62,15 @@ class ModelOutput(msgspec.Struct, frozen=True):
 
 
 class ModelFailed(msgspec.Struct, frozen=True):
-    """The model stream of ``step_id`` broke."""
+    """The model stream of ``step_id`` broke, or the step was not started (a usage limit:
+    ``code`` says which, with ``retry_after`` and ``limit``)."""
 
     step_id: str
     message: str
     retryable: bool = True
+    code: str = "provider_error"
+    retry_after: float | None = None
+    limit: LimitHit | None = None
 
 
 class ToolFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_finished"):

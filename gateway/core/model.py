@@ -66,6 +66,11 @@ class ModelUsage(msgspec.Struct, frozen=True, kw_only=True):
     input_audio_tokens: int = 0
     """Of ``input_tokens``, those of audio (a speech-to-speech model's)."""
     output_audio_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache."""
+    cost: float | None = None
+    """What the step cost, in the price table's currency: set by the gateway's meter from
+    the model's price (``gateway serve --limits``); ``None``: unknown (no price)."""
 
 
 class ModelFinish(msgspec.Struct, frozen=True, kw_only=True, tag="finish"):

@@ -29,6 +29,7 @@ __all__ = [
     "InputSpeechStarted",
     "InputSpeechStopped",
     "InputTranscript",
+    "LimitHit",
     "Limits",
     "Outbound",
     "Pong",
@@ -349,6 +350,22 @@ class Usage(msgspec.Struct, kw_only=True):
     input_audio_tokens: int = 0
     """Of ``input_tokens``, those of audio: a speech-to-speech model hears and speaks."""
     output_audio_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider read from its prompt cache."""
+    cost: float | None = None
+    """What the response's model steps cost, in the currency of the gateway's price table;
+    ``null`` when unknown (a step's model has no price): never 0 for unknown."""
+
+
+class LimitHit(msgspec.Struct, frozen=True, kw_only=True):
+    """The usage limit that refused a model step (``error rate_limited`` or
+    ``budget_exceeded``)."""
+
+    scope: str
+    """``key`` (the app's API key, all its users), ``end_user`` or ``agent``."""
+    name: str
+    """``tokens_per_minute``, ``requests_per_minute``, ``cost_per_day``, ``cost_per_month``."""
+    value: float
 
 
 class ResponseDone(ServerMsg, tag="response.done"):
@@ -367,6 +384,11 @@ class Error(ServerMsg, tag="error"):
     """The response the error ended or belongs to, if any."""
     retryable: bool = False
     fatal: bool = False
+    retry_after: float | None = None
+    """Seconds after which the same request may succeed (``rate_limited``,
+    ``budget_exceeded``)."""
+    limit: LimitHit | None = None
+    """With ``rate_limited`` and ``budget_exceeded``: the limit that was hit."""
 
 
 class Pong(ServerMsg, tag="pong"):

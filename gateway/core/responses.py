@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from gateway.core.audio import SpokenAudio, heard_chars, word_end
 from gateway.core.dispatch import Completion, Dispatcher
 from gateway.core.event import CallModel, CancelModel, EndSpeech, ModelFailed, Speak
@@ -31,6 +33,7 @@ from gateway.core.model import (
     ToolSchema,
 )
 from gateway.core.outbound import (
+    Error,
     ResponseCreated,
     ResponseDone,
     ResponseRetrying,
@@ -200,7 +203,11 @@ class Responses:
                 response_id=response.response_id,
                 status=status,
                 turn_completed=status == "completed",
-                usage=response.usage,
+                usage=(
+                    msgspec.structs.replace(response.usage, cost=None)
+                    if response.cost_unknown
+                    else response.usage
+                ),
             )
         )
         if response.spoken:
@@ -333,6 +340,8 @@ class Responses:
                     response.usage.output_tokens += usage.output_tokens
                     response.usage.input_audio_tokens += usage.input_audio_tokens
                     response.usage.output_audio_tokens += usage.output_audio_tokens
+                    response.usage.cached_input_tokens += usage.cached_input_tokens
+                    _add_cost(response, usage.cost)
                 self._finish_step(response, now)
             case ModelRetrying(attempt=attempt, delay=delay, reason=reason):
                 self._out.send(
@@ -415,11 +424,15 @@ class Responses:
         if streamed:
             self._history.append(AssistantTurn(text=seen))
         response.step_id = None
-        self._out.error(
-            "provider_error",
-            event.message,
-            retryable=event.retryable,
-            response_id=response.response_id,
+        self._out.send(
+            Error(
+                code=event.code,
+                message=event.message,
+                retryable=event.retryable,
+                response_id=response.response_id,
+                retry_after=event.retry_after,
+                limit=event.limit,
+            )
         )
         # Cut after text reached the user: incomplete; nothing said at all: failed.
         self._end_response("incomplete" if streamed else "failed")
@@ -509,6 +522,15 @@ class Responses:
             if call.settled:
                 call.slim()
         response.calls = []
+
+
+def _add_cost(response: ResponseState, cost: float | None) -> None:
+    """Count a step's cost in its response's; one step of unknown cost makes the whole
+    response's unknown (``null``, never a partial sum passed off as the total)."""
+    if cost is None:
+        response.cost_unknown = True
+    else:
+        response.usage.cost = round((response.usage.cost or 0.0) + cost, 9)
 
 
 def seen_text(response: ResponseState) -> str:

@@ -76,6 +76,8 @@ class ResponseState(msgspec.Struct, kw_only=True):
     """Calls of the latest step; the next step starts when none of them blocks. The same
     objects as the ledger's (``Session.restore`` links them again)."""
     usage: Usage = msgspec.field(default_factory=Usage)
+    cost_unknown: bool = False
+    """A step of the response had no price: its ``usage.cost`` is reported unknown."""
     unconfirmed: str = ""
     """Text the client already has from a step that was cut when its node stopped: the
     step runs again and this much of its new text is not sent twice (see

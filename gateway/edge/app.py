@@ -25,6 +25,7 @@ from gateway.edge.auth_http import auth_routes, guard_bearer, guard_tool_test
 from gateway.edge.body import BodyTooLarge, body_too_large, read_body
 from gateway.edge.openai_endpoint import OPENAI_REALTIME_PATH, openai_realtime_endpoint
 from gateway.edge.sessions_http import session_routes
+from gateway.edge.usage_http import usage_routes
 from gateway.edge.v1_endpoint import realtime_endpoint
 from gateway.shell.metrics import CONTENT_TYPE
 from gateway.shell.runtime import Runtime, agent_from_config
@@ -156,6 +157,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         Mount("/demo", app=StaticFiles(directory=WEB_DEMO)),
         *auth_routes(runtime),
         *session_routes(runtime),
+        *usage_routes(runtime),
     ]
     app = GatewayApp(
         routes=routes,

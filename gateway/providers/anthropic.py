@@ -124,7 +124,10 @@ class AnthropicProvider(HttpProvider):
 
 class _Usage(msgspec.Struct):
     input_tokens: int | None = None
+    """Not counting the prompt cache's tokens (Anthropic counts those apart)."""
     output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
 
 
 class _Message(msgspec.Struct):
@@ -165,12 +168,12 @@ class _Stream:
     """One answer's events: text as it comes, tool calls assembled by block ``index``,
     the finish at ``message_stop`` or the end of the body."""
 
-    __slots__ = ("_calls", "_input", "_output", "_stop", "over")
+    __slots__ = ("_cache_written", "_cached", "_calls", "_input", "_output", "_stop", "over")
 
     def __init__(self) -> None:
         self._calls: dict[int, list[str]] = {}
         self._stop: str | None = None
-        self._input = self._output = 0
+        self._input = self._output = self._cached = self._cache_written = 0
         self.over = False
 
     def feed(self, events: list[SseEvent]) -> list[ModelEvent]:
@@ -218,6 +221,8 @@ class _Stream:
         if usage is not None:
             self._input = usage.input_tokens or self._input
             self._output = usage.output_tokens or self._output
+            self._cached = usage.cache_read_input_tokens or self._cached
+            self._cache_written = usage.cache_creation_input_tokens or self._cache_written
 
     def end(self) -> list[ModelEvent]:
         if self._stop is None:
@@ -226,7 +231,12 @@ class _Stream:
         out.append(
             ModelFinish(
                 reason=_STOP_REASONS.get(self._stop, self._stop),
-                usage=ModelUsage(input_tokens=self._input, output_tokens=self._output),
+                # The gateway's input_tokens count every input token, the cache's too.
+                usage=ModelUsage(
+                    input_tokens=self._input + self._cached + self._cache_written,
+                    output_tokens=self._output,
+                    cached_input_tokens=self._cached,
+                ),
             )
         )
         return out

@@ -157,6 +157,7 @@ class _Candidate(msgspec.Struct, rename="camel"):
 class _UsageMetadata(msgspec.Struct, rename="camel"):
     prompt_token_count: int | None = None
     candidates_token_count: int | None = None
+    cached_content_token_count: int | None = None
 
 
 class _PromptFeedback(msgspec.Struct, rename="camel"):
@@ -200,6 +201,7 @@ class _Stream:
                 self._usage = ModelUsage(
                     input_tokens=usage.prompt_token_count or 0,
                     output_tokens=usage.candidates_token_count or 0,
+                    cached_input_tokens=usage.cached_content_token_count or 0,
                 )
             feedback = chunk.prompt_feedback
             if feedback is not None and feedback.block_reason:

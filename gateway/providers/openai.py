@@ -126,9 +126,14 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -166,9 +171,11 @@ class _Stream:
                 raise stream_error(f"sent an error: {_message(chunk.error)}", retryable=True)
             usage = chunk.usage
             if usage is not None:
+                details = usage.prompt_tokens_details
                 self._usage = ModelUsage(
                     input_tokens=usage.prompt_tokens or 0,
                     output_tokens=usage.completion_tokens or 0,
+                    cached_input_tokens=(details.cached_tokens or 0) if details else 0,
                 )
             for choice in chunk.choices or ():
                 delta = choice.delta

@@ -36,6 +36,7 @@ from gateway.core.transcript import (
     UserTurn,
     parse_completion_note,
 )
+from gateway.core.usage import estimate_tokens
 from gateway.errors import ConfigError, ProviderError
 from gateway.providers.base import Capabilities, ModelSink, Room
 from gateway.providers.pacer import RESOLUTION, Pacer, pacer
@@ -327,7 +328,7 @@ def _ending(
     events.append(
         ModelFinish(
             reason="tool_calls" if calls else "stop",
-            usage=ModelUsage(input_tokens=_count_words(request), output_tokens=words),
+            usage=ModelUsage(input_tokens=_count_input(request), output_tokens=words),
         )
     )
     return events
@@ -485,8 +486,8 @@ def _args_of(call_ids: set[str], items: Sequence[Item]) -> dict[str, dict[str, A
 _JSON = msgspec.json.Encoder()
 
 
-def _count_words(request: ModelRequest) -> int:
-    """Words of the instructions and of the history as JSON (text, arguments, outputs):
-    counted in one pass over the encoded history, as a long conversation is sent whole at
-    every step."""
-    return len(request.instructions.split()) + len(_JSON.encode(request.items).split())
+def _count_input(request: ModelRequest) -> int:
+    """The request's tokens as the gateway's meter estimates them before a step (its JSON's
+    characters / 4: instructions, history and tools), so that a scripted conversation's
+    usage and its reservations agree (docs/usage.md)."""
+    return estimate_tokens(len(_JSON.encode(request)))

@@ -189,7 +189,7 @@ class Cluster:
         if self._host.closing:
             return closing("shutting_down")
         try:
-            self._sessions.reserve(record.principal)
+            self._sessions.reserve(record.principal, record.agent)
         except TooManySessions as exc:
             return of_error(exc)
         try:
@@ -198,7 +198,7 @@ class Cluster:
             if data is None:  # never started, or ended meanwhile
                 if lease is not None:
                     await self._store.release(record.session_id, lease)
-                self._sessions.release(record.principal)
+                self._sessions.release(record.principal, record.agent)
                 return expired
             state = decode_state(data)
             state.history = decode_items(await self._store.load_history(record.session_id))
@@ -206,13 +206,13 @@ class Cluster:
             # The text a stream sent since the state was last saved is in the log.
             tail = await self._store.events_after(record.session_id, state.seq)
         except BaseException:
-            self._sessions.release(record.principal)
+            self._sessions.release(record.principal, record.agent)
             raise
         if tail is None or (tail and not _caught_up(session, tail)):
             if lease is not None and not await self._holds(record.session_id, lease):
                 # Another node took the session over while this one read it, and moved on
                 # (its acks trimmed the log): the client resumes where it is now.
-                self._sessions.release(record.principal)
+                self._sessions.release(record.principal, record.agent)
                 return closing("session_moved")
             # Never, by the driver's rule (the log is not trimmed past the state saved):
             # were it so, the session would go on from an older point than its client's.

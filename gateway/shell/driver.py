@@ -54,6 +54,7 @@ from gateway.shell.devices import Devices
 from gateway.shell.effects import Effects
 from gateway.shell.flag import Flag
 from gateway.shell.journal import Journal
+from gateway.shell.meter import SessionMeter
 from gateway.shell.model_stream import ModelStep
 from gateway.shell.observe import LogObserver, SessionObserver
 from gateway.shell.realtime_voice import RealtimeVoice
@@ -129,6 +130,8 @@ class Driver:
             is never trimmed past it, and the first commit saves the whole state again.
         voice: the node's speech engines, for a session that turns audio on (``None``:
             none; the core then refuses audio, its settings have no voices).
+        meter: the session's metering: each model step reserved against its usage
+            limits first (``None``: no metering).
     """
 
     # Slots: every session has a driver (a slotted instance holds no dict).
@@ -142,6 +145,7 @@ class Driver:
         "_events",
         "_journal",
         "_loop",
+        "_meter",
         "_others",
         "_provider",
         "_queue",
@@ -175,8 +179,10 @@ class Driver:
         max_client_events: int = 256,
         adopted_from: int | None = None,
         voice: VoicePool | None = None,
+        meter: SessionMeter | None = None,
     ) -> None:
         self.session = session
+        self._meter = meter
         self._voice_pool = voice
         self._voice: SessionVoice | RealtimeVoice | None = None
         self._retired_voice: asyncio.Task[None] | None = None
@@ -660,4 +666,5 @@ class Driver:
             take_text=self._take_text,
             flush_soon=self._journal.flush_soon,
             feed=self.feed,
+            meter=self._meter,
         ).run()

@@ -145,6 +145,38 @@ class Metrics:
             "Sessions that left this node alive: taken over elsewhere, or handed over at shutdown.",
             registry=registry,
         )
+        # Metering (docs/usage.md): by agent and model, never by key or end user (cardinality).
+        self.model_tokens = Counter(
+            "gateway_model_tokens",
+            "Model tokens as the providers reported them, by agent, model and kind "
+            "(input, output, cached_input, input_audio, output_audio).",
+            ["agent", "model", "kind"],
+            registry=registry,
+        )
+        self.model_steps = Counter(
+            "gateway_model_steps",
+            "Model steps run, by agent and model.",
+            ["agent", "model"],
+            registry=registry,
+        )
+        self.model_cost = Counter(
+            "gateway_model_cost",
+            "Cost of the priced model steps, in the price table's currency, by agent and model.",
+            ["agent", "model"],
+            registry=registry,
+        )
+        self.model_steps_unpriced = Counter(
+            "gateway_model_steps_unpriced",
+            "Model steps whose cost is unknown (their model has no price), by agent and model.",
+            ["agent", "model"],
+            registry=registry,
+        )
+        self.usage_refusals = Counter(
+            "gateway_usage_refusals",
+            "Model steps not started over a usage limit, by code, scope and limit.",
+            ["code", "scope", "limit"],
+            registry=registry,
+        )
 
     def observer(self) -> MetricsObserver:
         """A new observer for one session."""
@@ -175,6 +207,20 @@ class Metrics:
 
     def note_moved(self) -> None:
         self.sessions_moved.inc()
+
+    def note_step(self, agent: str, model: str, tokens: dict[str, int], cost: int | None) -> None:
+        """Count a model step's usage (``cost`` in micro-units; ``None``: unknown)."""
+        self.model_steps.labels(agent=agent, model=model).inc()
+        for kind, count in tokens.items():
+            if count:
+                self.model_tokens.labels(agent=agent, model=model, kind=kind).inc(count)
+        if cost is None:
+            self.model_steps_unpriced.labels(agent=agent, model=model).inc()
+        elif cost:
+            self.model_cost.labels(agent=agent, model=model).inc(cost / 1_000_000)
+
+    def note_usage_refusal(self, code: str, scope: str, limit: str) -> None:
+        self.usage_refusals.labels(code=code, scope=scope, limit=limit).inc()
 
     def render(self) -> bytes:
         """The metrics in Prometheus' text format (content type ``CONTENT_TYPE``)."""

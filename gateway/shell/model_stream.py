@@ -6,6 +6,10 @@ order, and has it committed and written at once (the short path of every delta, 
 ``gateway.shell.driver``). A provider either streams (``Provider.stream``: this step's task
 reads it) or pushes (``Pushes``: the provider's own callbacks hand events to ``take``).
 
+Before the provider is asked, the step is reserved against its usage limits (``meter``,
+``gateway.shell.meter``): over one, it never starts and fails with ``rate_limited`` or
+``budget_exceeded``; after it, its reservation is settled with the model's usage.
+
 Nothing the model sends may end the session: whatever fails here fails the step, and so the
 response. Text is carried whole: an emoji the server cut in two is put back together
 (``SurrogatePairer``), and text no socket can carry fails the step.
@@ -21,11 +25,13 @@ from typing import cast
 import structlog
 
 from gateway.core.event import CallModel, Event, ModelFailed, ModelOutput
-from gateway.core.model import ModelEvent, ModelFinish, ModelText
+from gateway.core.model import ModelEvent, ModelFinish, ModelText, ModelUsage
 from gateway.core.text import SurrogatePairer, uncarriable
-from gateway.errors import ProviderError
+from gateway.core.usage import Refusal
+from gateway.errors import ProviderError, StoreUnavailable
 from gateway.providers.base import Provider, Pushes
 from gateway.shell.inbox import Backlog
+from gateway.shell.meter import SessionMeter, limit_hit, refusal_message
 from gateway.shell.rounds import ROUNDS
 
 __all__ = ["ModelStep"]
@@ -59,6 +65,7 @@ class ModelStep:
         take_text: applies a text of the step to the session (on the short path).
         flush_soon: commits and writes what the short path applied.
         feed: queues an event for the session's loop.
+        meter: the session's metering (``None``: none, as in tests of the driver alone).
     """
 
     __slots__ = (
@@ -67,11 +74,14 @@ class ModelStep:
         "_feed",
         "_flush_soon",
         "_idle",
+        "_meter",
         "_pairer",
         "_provider",
         "_take_text",
         "failed",
         "finished",
+        "produced",
+        "usage",
     )
 
     def __init__(
@@ -84,8 +94,10 @@ class ModelStep:
         take_text: Callable[[str, str], None],
         flush_soon: Callable[[], None],
         feed: Callable[[Event], None],
+        meter: SessionMeter | None = None,
     ) -> None:
         self._effect = effect
+        self._meter = meter
         self._provider = provider
         self._backlog = backlog
         self._idle = idle
@@ -97,9 +109,47 @@ class ModelStep:
         """A pushing provider gave the step's ``ModelFinish``."""
         self.failed = False
         """A pushed event could not be carried: the step has failed."""
+        self.produced = False
+        """The model said something in this step (what a cut step is charged by)."""
+        self.usage: ModelUsage | None = None
+        """The model's usage, from the step's ``ModelFinish``."""
 
     async def run(self) -> None:
         """Stream the step to its end (the task of a ``CallModel``)."""
+        meter = self._meter
+        if meter is None:
+            await self._run()
+            return
+        effect = self._effect
+        try:
+            reserved = await meter.reserve(effect.agent, effect.request)
+        except StoreUnavailable as exc:
+            log.warning("usage_unavailable", response_id=effect.response_id, error=str(exc))
+            self._feed(
+                ModelFailed(
+                    effect.step_id,
+                    "usage limits cannot be checked now (the gateway's store is unreachable)",
+                    code="usage_unavailable",
+                )
+            )
+            return
+        if isinstance(reserved, Refusal):
+            self._feed(
+                ModelFailed(
+                    effect.step_id,
+                    refusal_message(reserved),
+                    code=reserved.code,
+                    retry_after=round(reserved.retry_after, 3),
+                    limit=limit_hit(reserved),
+                )
+            )
+            return
+        try:
+            await self._run()
+        finally:  # cancelled too (barge-in, response.cancel): what was used is counted
+            meter.settle(effect.agent, reserved, self.usage, produced=self.produced)
+
+    async def _run(self) -> None:
         effect = self._effect
         step_id = effect.step_id
         provider = self._provider
@@ -134,6 +184,7 @@ class ModelStep:
         fed = burst = 0
         seen_round = -1
         async for received in self._provider.stream(self._effect.request):
+            self.produced = True
             if (
                 type(received) is ModelText
                 and not pairer.held
@@ -174,6 +225,7 @@ class ModelStep:
         event cost the fan-out a fifth of its rate (measured, 3 interleaved repeats)."""
         step_id = self._effect.step_id
         applied = False
+        self.produced = True
         for received in events:
             if (
                 type(received) is ModelText
@@ -196,6 +248,10 @@ class ModelStep:
         """Feed one event of the model (what the pairer makes of it) to the session;
         ``False`` when it cannot be carried (the step has failed)."""
         step_id = self._effect.step_id
+        if type(received) is ModelFinish:
+            self.usage = received.usage
+            if self._meter is not None:
+                received = self._meter.priced(self._effect.agent, received)
         for event in self._pairer.events(received):
             if type(event) is ModelText and self._idle():
                 self._take_text(step_id, event.text)  # the short path, as above

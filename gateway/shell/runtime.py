@@ -21,6 +21,7 @@ import structlog
 from gateway.agent.file import DEMO_AGENT, Agent, load_agent, load_crew
 from gateway.auth.admission import AddressCounter, SessionQuota, proxy_networks
 from gateway.auth.credentials import Authenticator
+from gateway.auth.limits import Budgets
 from gateway.auth.origin import OriginPolicy
 from gateway.config import Config
 from gateway.core.event import Disconnected
@@ -34,12 +35,13 @@ from gateway.providers.realtime import RealtimeProvider
 from gateway.shell.cluster import Cluster, ResumeRefusal, token_hash
 from gateway.shell.connection import Abort, Connection, FrameWriter, Socket
 from gateway.shell.driver import Driver
+from gateway.shell.meter import Meter, UsageObserver
 from gateway.shell.metrics import Metrics
 from gateway.shell.notify import Notifier, PushObserver, server_tool_lookup
 from gateway.shell.observe import LogObserver, SessionObserver
 from gateway.shell.schema_worker import SchemaWorker
 from gateway.shell.voice import VoicePool
-from gateway.store import Lease, SessionRecord, Store, store_from_config
+from gateway.store import Lease, SessionRecord, Store, ledger_for, store_from_config
 from gateway.wire.v1 import Limits, SessionAttach, SessionResume
 
 __all__ = ["ResumeRefusal", "Runtime", "agent_from_config", "new_id"]
@@ -54,6 +56,12 @@ another node before it is handed over anyway (the SDKs take milliseconds)."""
 _END_WAIT = 2.0
 """Seconds ``end_session`` waits for a session driven here to have ended (it goes on
 ending after)."""
+
+
+def _model_name(agent: Agent) -> str:
+    """What an agent's model is called in usage and prices: its name (``gpt-4o-mini``), or
+    its provider's for a model without one (``scripted``)."""
+    return agent.model or agent.provider.name
 
 
 def new_id(prefix: str) -> str:
@@ -111,8 +119,21 @@ class Runtime:
             config.max_sockets_per_ip, exempt=proxy_networks(config.forwarded_allow_ips)
         )
         """Open WebSockets per client address (``max_sockets_per_ip``)."""
+        self.budgets = Budgets.load(config.limits)
+        """The limits file (``--limits``): usage limits, prices (docs/usage.md)."""
+        self.budgets.check_priced(_model_name(member) for member in self.agents.values())
+        self.meter = Meter(
+            self.budgets,
+            ledger_for(self.store, keep_days=self.budgets.spec.usage.keep_days),
+            {name: _model_name(member) for name, member in self.agents.items()},
+            self.metrics,
+        )
+        """Every model step reserved against its limits, and usage counted by key, end
+        user, agent and model."""
         self.sessions = SessionQuota(
-            max_total=config.max_sessions, max_per_principal=config.max_sessions_per_principal
+            max_total=config.max_sessions,
+            max_per_principal=config.max_sessions_per_principal,
+            caps=self.budgets.session_caps,
         )
         """Sessions held, live or waiting for a resume, in total and per principal."""
         self.cluster = Cluster(
@@ -190,11 +211,12 @@ class Runtime:
                 if principal == ANONYMOUS.name
                 else Principal(name=principal, kind="api_key")
             )
-        self.sessions.reserve(principal.name)  # before any await: no two starts race past it
+        # Before any await: no two starts race past it.
+        self.sessions.reserve(principal.name, self.agent.name)
         try:
             return await self._new_session(principal)
         except BaseException:
-            self.sessions.release(principal.name)
+            self.sessions.release(principal.name, self.agent.name)
             raise
 
     def _settings(self, principal: Principal) -> SessionSettings:
@@ -273,6 +295,7 @@ class Runtime:
     ) -> Driver:
         """Run ``session`` here from now on."""
         self.cluster.start()
+        meter = self.meter.session(session.principal, session.agent)
         driver = Driver(
             session,
             provider=self.agent.provider,
@@ -280,7 +303,8 @@ class Runtime:
             agents=self.agents,
             store=self.store,
             session_ttl=self.config.session_ttl,
-            observers=self._observers(session),
+            observers=(*self._observers(session), UsageObserver(meter)),
+            meter=meter,
             check_schemas=self.schema_worker.check,
             lease=lease,
             max_client_events=self.config.max_inbound_queue,
@@ -383,6 +407,7 @@ class Runtime:
         await self.voice.aclose()
         if self.notifier is not None:
             await self.notifier.aclose()
+        await self.meter.drain()  # usage still being written
         await self.store.aclose()
         for agent in self.agents.values():
             await agent.aclose()
@@ -406,7 +431,7 @@ class Runtime:
                 del self.drivers[driver.session_id]
             if self._runs.get(driver.session_id) is asyncio.current_task():
                 del self._runs[driver.session_id]
-            self.sessions.release(principal)
+            self.sessions.release(principal, self.agent.name)
             if not self.drivers:
                 self.idle.set()
             if driver.moved:

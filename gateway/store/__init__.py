@@ -10,15 +10,19 @@ from __future__ import annotations
 from gateway.config import Config
 from gateway.errors import ConfigError
 from gateway.store.base import Lease, LeaseLost, SessionRecord, Store
+from gateway.store.ledger import Ledger, MemoryLedger
 from gateway.store.memory import MemoryStore
 
 __all__ = [
     "STORE_SCHEMES",
     "Lease",
     "LeaseLost",
+    "Ledger",
+    "MemoryLedger",
     "MemoryStore",
     "SessionRecord",
     "Store",
+    "ledger_for",
     "store_from_config",
 ]
 
@@ -52,3 +56,17 @@ def store_from_config(config: Config) -> Store:
         )
     except ValueError as exc:
         raise ConfigError(f"store: not a valid {scheme}:// URL: {exc}") from exc
+
+
+def ledger_for(store: Store, *, keep_days: float = 400) -> Ledger:
+    """The usage ledger that goes with ``store``: on a ``RedisStore``, one on the same Redis
+    (its client and key prefix: every node counts in one place); else one in memory."""
+    if isinstance(store, MemoryStore):
+        return MemoryLedger(keep_days=keep_days)
+    from gateway.store.redis import RedisStore  # only a gateway on Redis loads the client
+
+    if not isinstance(store, RedisStore):
+        return MemoryLedger(keep_days=keep_days)
+    from gateway.store.ledger_redis import RedisLedger
+
+    return RedisLedger(store.client, prefix=store.prefix, keep_days=keep_days, where=store.where)

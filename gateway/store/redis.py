@@ -149,6 +149,21 @@ class RedisStore:
         self._release = script(PRELUDE + RELEASE)
         self._post = script(PRELUDE + POST)
 
+    @property
+    def client(self) -> Redis:
+        """The Redis client (the usage ledger shares it: ``gateway.store.ledger_for``)."""
+        return self._redis
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key."""
+        return self._prefix
+
+    @property
+    def where(self) -> str:
+        """The URL named in errors, without a password."""
+        return self._where
+
     @classmethod
     def from_url(
         cls,
@@ -368,15 +383,8 @@ class RedisStore:
             async with self._redis.pipeline(transaction=True) as pipe:
                 yield pipe
 
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
-        try:
-            yield
-        except _UNREACHABLE as exc:
-            raise StoreUnavailable(
-                f"the session store (Redis at {self._where}) does not answer: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+    def _guard(self) -> AbstractContextManager[None]:
+        return answering("the session store", self._where)
 
     def _key(self, session_id: str, name: str) -> str:
         return f"{self._prefix}{{{session_id}}}:{name}"
@@ -466,3 +474,15 @@ def redact(url: str) -> str:
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+@contextmanager
+def answering(what: str, where: str) -> Iterator[None]:
+    """Commands to a Redis that cannot be reached raise ``StoreUnavailable`` naming
+    ``what`` (the session store, the usage ledger) and ``where`` (no password)."""
+    try:
+        yield
+    except _UNREACHABLE as exc:
+        raise StoreUnavailable(
+            f"{what} (Redis at {where}) does not answer: {type(exc).__name__}: {exc}"
+        ) from exc

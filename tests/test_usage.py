@@ -1,0 +1,280 @@
+"""Usage metering and limits over real sockets, with the shipped Python SDK (docs/usage.md).
+
+The gateway's meter reads a clock the tests hold (``runtime.meter.clock``): a window that
+slides or a day that ends is a clock set forward, never a wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from client_sdk import ServerError, connect
+from client_sdk.connection import connect_raw
+from gateway.wire.v1 import ResponseDone, SessionStart
+from tests.mock_llm import mock_llm
+from tests.support import Gateway, serving
+
+KEY = "backend-key-0123456789abcdef"
+OTHER_KEY = "other-key-0123456789abcdef"
+OPS_KEY = "ops-key-0123456789abcdef0"
+AUTH: dict[str, Any] = {
+    "no_auth": False,
+    "api_keys": f"backend:{KEY},other:{OTHER_KEY},ops:{OPS_KEY}",
+    "token_secret": "s" * 40,
+}
+T0 = 1_796_472_000.5  # 2026-12-04 12:00:00.5 UTC
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@asynccontextmanager
+async def limited(tmp_path: Path, limits: str, **overrides: Any) -> AsyncIterator[Gateway]:
+    path = tmp_path / "limits.toml"
+    path.write_text(limits + '\n[usage]\nreaders = ["ops"]\n')
+    async with serving(**{**AUTH, "limits": str(path), **overrides}) as gw:
+        gw.runtime.meter.clock = Clock()
+        yield gw
+
+
+def clock(gw: Gateway) -> Clock:
+    held = gw.runtime.meter.clock
+    assert isinstance(held, Clock)
+    return held
+
+
+def http(gw: Gateway) -> httpx.AsyncClient:
+    base = gw.url.replace("ws://", "http://").removesuffix("/v1/realtime")
+    return httpx.AsyncClient(base_url=base, trust_env=False)
+
+
+async def mint(gw: Gateway, user: dict[str, Any], key: str = KEY) -> str:
+    async with http(gw) as client:
+        answer = await client.post(
+            "/v1/sessions", json={"user": user}, headers={"authorization": f"Bearer {key}"}
+        )
+    assert answer.status_code == 201, answer.text
+    token: str = answer.json()["token"]
+    return token
+
+
+async def usage(gw: Gateway, as_key: str = OPS_KEY, **query: str) -> httpx.Response:
+    await gw.runtime.meter.drain()  # the writes after each step, in the background
+    async with http(gw) as client:
+        return await client.get(
+            "/v1/usage",
+            params={"start": str(T0 - 3600), "end": str(T0 + 7 * 86_400), **query},
+            headers={"authorization": f"Bearer {as_key}"},
+        )
+
+
+async def answer(conv: Any, text: str) -> str:
+    return "".join([delta async for delta in conv.say(text)])
+
+
+async def refused(conv: Any, text: str) -> ServerError:
+    with pytest.raises(ServerError) as caught:
+        await answer(conv, text)
+    return caught.value
+
+
+async def test_a_key_over_its_tokens_per_minute_is_refused_until_the_window_slides(tmp_path):
+    async with (
+        limited(tmp_path, "[keys.backend]\ntokens_per_minute = 10\n") as gw,
+        connect(gw.url, api_key=KEY) as conv,
+    ):
+        events = conv.events()
+        assert await answer(conv, "echo one two three") == "one two three"
+        error = await refused(conv, "echo again")  # the first step's tokens fill the window
+        assert error.code == "rate_limited"
+        assert error.retryable
+        assert error.event.limit is not None
+        assert (error.event.limit.scope, error.event.limit.name) == ("key", "tokens_per_minute")
+        # The window's oldest second, floor(T0), leaves it at floor(T0) + 60.
+        assert error.retry_after == pytest.approx(math.floor(T0) + 60 - T0, abs=0.001)
+        done = [e async for e in until_done(events, error.event.response_id)]
+        assert done[-1].status == "failed"
+        clock(gw).now += error.retry_after - 0.01
+        assert (await refused(conv, "echo still")).code == "rate_limited"
+        clock(gw).now += 0.02
+        assert await answer(conv, "echo back") == "back"
+        # The user's words were kept: the model had them all along.
+        assert "echo again" in repr(gw.model.requests[-1].items)
+
+
+async def until_done(events: Any, response_id: str | None) -> AsyncIterator[ResponseDone]:
+    async for event in events:
+        if isinstance(event, ResponseDone) and event.response_id == response_id:
+            yield event
+            return
+
+
+PRICED = """
+[prices.scripted]
+input = 1000.0
+output = 1000.0
+"""
+
+
+async def test_an_end_user_over_a_daily_cost_cap_is_refused_while_another_goes_on(tmp_path):
+    limits = PRICED + "[keys.backend.end_users]\ncost_per_day = 0.01\n"
+    async with limited(tmp_path, limits) as gw:
+        alice = await mint(gw, {"id": "alice"})
+        bob = await mint(gw, {"id": "bob"})
+        async with connect(gw.url, token=alice) as conv:
+            await answer(conv, "echo a b c d e f g h i j k l")  # some 30 tokens: 0.03
+            error = await refused(conv, "echo more")
+            assert error.code == "budget_exceeded"
+            assert error.event.limit is not None
+            assert error.event.limit.scope == "end_user"
+            assert error.event.limit.name == "cost_per_day"
+            midnight = (math.floor(T0 / 86_400) + 1) * 86_400
+            assert error.retry_after == pytest.approx(midnight - T0, abs=0.01)
+        async with connect(gw.url, token=bob) as conv:
+            assert await answer(conv, "echo fine") == "fine"
+        clock(gw).now = midnight + 1  # a new day
+        async with connect(gw.url, token=alice) as conv:
+            assert await answer(conv, "echo morning") == "morning"
+
+
+async def test_a_token_may_carry_its_users_own_limits(tmp_path):
+    limits = PRICED + "[keys.backend.end_users]\ncost_per_day = 100.0\n"
+    async with limited(tmp_path, limits) as gw:
+        token = await mint(gw, {"id": "carol", "limits": {"requests_per_minute": 1}})
+        async with connect(gw.url, token=token) as conv:
+            await answer(conv, "echo hi")
+            error = await refused(conv, "echo hi")
+            assert (error.code, error.event.limit.name) == (  # type: ignore[union-attr]
+                "rate_limited",
+                "requests_per_minute",
+            )
+
+
+async def test_an_agents_limit_holds_every_key(tmp_path):
+    async with limited(tmp_path, "[agents.test]\nrequests_per_minute = 2\n") as gw:
+        async with connect(gw.url, api_key=KEY) as conv:
+            await answer(conv, "echo one")
+        async with connect(gw.url, api_key=OTHER_KEY) as conv:
+            await answer(conv, "echo two")
+            error = await refused(conv, "echo three")
+        assert error.event.limit is not None
+        assert (error.code, error.event.limit.scope) == ("rate_limited", "agent")
+        async with connect(gw.url, api_key=KEY) as conv:
+            assert (await refused(conv, "echo four")).code == "rate_limited"
+
+
+async def test_concurrent_sessions_of_an_end_user_are_capped(tmp_path):
+    async with limited(tmp_path, "[keys.backend.end_users]\nconcurrent_sessions = 1\n") as gw:
+        token = await mint(gw, {"id": "dave"})
+        async with connect(gw.url, token=token) as conv:
+            await answer(conv, "echo here")
+            async with connect_raw(gw.url, token=token) as second:
+                await second.send(SessionStart())
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(second.recv(), 10)
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 4029
+            assert closed.value.rcvd.reason == "too many sessions: at most 1 for this user"
+        other = await mint(gw, {"id": "erin"})  # another end user has a cap of their own
+        async with connect(gw.url, token=other) as conv:
+            assert await answer(conv, "echo mine") == "mine"
+
+
+async def test_scripted_usage_read_back_matches_what_the_responses_reported(tmp_path):
+    async with limited(tmp_path, PRICED) as gw:
+        token = await mint(gw, {"id": "erin"})
+        reported = {"input_tokens": 0, "output_tokens": 0, "cost": 0.0, "responses": 0}
+        async with connect(gw.url, token=token) as conv:
+            events = conv.events()
+            for text in ("echo first answer", "echo a second one", "fallback please"):
+                msg = await conv.post(text)
+                async for event in events:
+                    if isinstance(event, ResponseDone):
+                        assert event.usage is not None
+                        assert event.usage.cost is not None
+                        reported["input_tokens"] += event.usage.input_tokens
+                        reported["output_tokens"] += event.usage.output_tokens
+                        reported["cost"] += event.usage.cost
+                        reported["responses"] += 1
+                        break
+                assert msg
+        read = await usage(gw, group_by="key,end_user,agent,model")
+        assert read.status_code == 200, read.text
+        (row,) = read.json()["rows"]
+        assert (row["key"], row["end_user"], row["agent"], row["model"]) == (
+            "backend",
+            "erin",
+            "test",
+            "scripted",
+        )
+        assert row["steps"] == 3
+        assert row["input_tokens"] == reported["input_tokens"]
+        assert row["output_tokens"] == reported["output_tokens"]
+        assert row["cost"] == pytest.approx(reported["cost"], abs=1e-6)
+        assert read.json()["total"]["cost"] == row["cost"]
+
+
+async def test_openai_usage_against_llmock_is_read_back_and_an_unknown_price_is_null(tmp_path):
+    agent = Path(__file__).parent / "data" / "provider_agent.toml"
+    async with mock_llm() as llm:
+        await llm.script({"type": "reply", "text": "Hello from the mock."})
+        async with limited(
+            tmp_path,
+            "[keys.backend]\nrequests_per_minute = 100\n",
+            agent=str(agent),
+            model="openai:mock-model",
+            base_url=llm.base_url("openai"),
+        ) as gw:
+            async with connect(gw.url, api_key=KEY) as conv:
+                events = conv.events()
+                await conv.post("hi")
+                done = [e async for e in first_done(events)].pop()
+            assert done.usage is not None
+            assert done.usage.cost is None  # mock-model has no price: unknown, not 0
+            read = await usage(gw, group_by="model")
+            (row,) = read.json()["rows"]
+            assert row["model"] == "mock-model"
+            assert (row["input_tokens"], row["output_tokens"]) == (
+                done.usage.input_tokens,
+                done.usage.output_tokens,
+            )
+            assert row["input_tokens"] > 0
+            assert (row["cost"], row["unpriced_steps"]) == (None, 1)
+
+
+async def first_done(events: Any) -> AsyncIterator[ResponseDone]:
+    async for event in events:
+        if isinstance(event, ResponseDone):
+            yield event
+            return
+
+
+async def test_reading_usage_needs_a_key_and_a_key_reads_only_its_own(tmp_path):
+    async with limited(tmp_path, PRICED) as gw:
+        async with connect(gw.url, api_key=KEY) as conv:
+            await answer(conv, "echo mine")
+        async with connect(gw.url, api_key=OTHER_KEY) as conv:
+            await answer(conv, "echo theirs")
+        async with http(gw) as client:
+            assert (await client.get("/v1/usage")).status_code == 401
+        own = await usage(gw, as_key=OTHER_KEY, group_by="key")
+        assert [row["key"] for row in own.json()["rows"]] == ["other"]
+        assert (await usage(gw, as_key=OTHER_KEY, key="backend")).status_code == 403
+        everyone = await usage(gw, group_by="key")  # the ops key reads them all
+        assert [row["key"] for row in everyone.json()["rows"]] == ["backend", "other"]
+        bad = await usage(gw, group_by="colour")
+        assert (bad.status_code, bad.json()["code"]) == (400, "bad_query")
