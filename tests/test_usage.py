@@ -19,9 +19,23 @@ import websockets
 
 from client_sdk import ServerError, connect
 from client_sdk.connection import connect_raw
-from gateway.wire.v1 import ResponseDone, SessionStart
+from gateway.wire.v1 import (
+    AudioDone,
+    Error,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    Outbound,
+    ResponseDone,
+    SessionStart,
+    TextDone,
+)
+from tests.data.tools import reset_gates
 from tests.mock_llm import mock_llm
+from tests.realtime_upstream import Call, RealtimeUpstream, Say
 from tests.support import Gateway, serving
+from tests.test_realtime_provider import AGENT as REALTIME_AGENT
+from tests.test_realtime_provider import SILENCE, SPEECH, answer_battery, until
+from tests.test_realtime_provider import say as say_pcm
 
 KEY = "backend-key-0123456789abcdef"
 OTHER_KEY = "other-key-0123456789abcdef"
@@ -278,3 +292,94 @@ async def test_reading_usage_needs_a_key_and_a_key_reads_only_its_own(tmp_path):
         assert [row["key"] for row in everyone.json()["rows"]] == ["backend", "other"]
         bad = await usage(gw, group_by="colour")
         assert (bad.status_code, bad.json()["code"]) == (400, "bad_query")
+
+
+REALTIME_PRICES = """
+[prices.gpt-realtime]
+input = 4.0
+output = 16.0
+input_audio = 32.0
+output_audio = 64.0
+"""
+
+
+async def test_a_voice_conversations_usage_is_read_back_with_its_audio(tmp_path):
+    """A speech-to-speech model (the scripted OpenAI Realtime upstream): audio tokens priced
+    at the audio rate, the client function and the seconds heard and spoken counted."""
+    reset_gates()
+    script = [Call("get_battery_level", {}), Say("Your battery is at 82 percent.")]
+    agent = tmp_path / "agent.toml"
+    agent.write_text(REALTIME_AGENT.read_text())
+    async with RealtimeUpstream(script, transcripts=["what is my battery level"]) as upstream:
+        base = upstream.openai_url.removesuffix("/realtime")
+        async with (
+            limited(tmp_path, REALTIME_PRICES, agent=str(agent), base_url=base) as gw,
+            connect(gw.url, api_key=KEY, audio={"input_rate": 16000, "output_rate": 24000}) as conv,
+        ):
+            answer_battery(conv)
+            await conv.start()
+            events, seen = conv.events(), list[Outbound]()
+            await say_pcm(conv, SILENCE[:8000] + SPEECH + SILENCE)
+            spoken = await until(events, AudioDone, seen)
+            done = next(e for e in seen if isinstance(e, ResponseDone))
+            heard = [e for e in seen if isinstance(e, InputSpeechStarted | InputSpeechStopped)]
+            read = await usage(gw, group_by="key,model")
+    assert done.usage is not None
+    assert done.usage.output_audio_tokens > 0
+    assert done.usage.cost is not None
+    (row,) = read.json()["rows"]
+    assert (row["key"], row["model"]) == ("backend", "gpt-realtime")
+    for name in ("input_tokens", "output_tokens", "input_audio_tokens", "output_audio_tokens"):
+        assert row[name] == getattr(done.usage, name), name
+    assert row["cost"] == pytest.approx(done.usage.cost, abs=1e-6)
+    assert row["tool_calls"] == {"client": 1}
+    assert row["audio_out_seconds"] == spoken.audio_ms / 1000
+    started, stopped = heard[0], heard[1]
+    assert isinstance(started, InputSpeechStarted)
+    assert isinstance(stopped, InputSpeechStopped)
+    assert row["audio_in_seconds"] == (stopped.offset_ms - started.offset_ms) / 1000
+
+
+@pytest.mark.parametrize("provider", ["openai-realtime", "gemini-live"])
+async def test_a_refused_spoken_turn_is_never_answered_by_a_later_one(tmp_path, provider):
+    """A speech-to-speech step over its limit: the answer an upstream that answers speech on
+    its own (Gemini Live) began anyway is dropped, so the next turn gets its own answer."""
+    reset_gates()
+    script = [Say("first"), Say("second"), Say("third")]
+    text = REALTIME_AGENT.read_text()
+    if provider == "gemini-live":
+        text = text.replace('"openai-realtime"', '"gemini-live"').replace("gpt-realtime", "live")
+    agent = tmp_path / "agent.toml"
+    agent.write_text(text)
+    async with RealtimeUpstream(script, transcripts=["one", "two", "three"]) as upstream:
+        base = (
+            upstream.gemini_url
+            if provider == "gemini-live"
+            else upstream.openai_url.removesuffix("/realtime")
+        )
+        limits = "[agents.realtime_test]\nrequests_per_minute = 1\n"
+        async with (
+            limited(tmp_path, limits, agent=str(agent), base_url=base) as gw,
+            connect(gw.url, api_key=KEY, audio={"input_rate": 16000, "output_rate": 24000}) as conv,
+        ):
+            await conv.start()
+            events = conv.events()
+
+            async def spoken_turn() -> list[Outbound]:
+                seen: list[Outbound] = []
+                await say_pcm(conv, SILENCE[:8000] + SPEECH + SILENCE)
+                await until(events, ResponseDone, seen)
+                return seen
+
+            first = await spoken_turn()
+            refused_turn = await spoken_turn()
+            clock(gw).now += 61
+            third = await spoken_turn()
+    assert [e.text for e in first if isinstance(e, TextDone)] == ["first"]
+    error = next(e for e in refused_turn if isinstance(e, Error))
+    assert error.code == "rate_limited"
+    assert [e.status for e in refused_turn if isinstance(e, ResponseDone)] == ["failed"]
+    assert not [e for e in refused_turn if isinstance(e, TextDone)]
+    # OpenAI Realtime is asked for each answer: the refused turn's was never asked for.
+    expected = "third" if provider == "gemini-live" else "second"
+    assert [e.text for e in third if isinstance(e, TextDone)] == [expected]

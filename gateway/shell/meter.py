@@ -266,7 +266,8 @@ class SessionMeter:
 
 class UsageObserver:
     """Counts a session's tool calls by kind and its audio, from the events it sends;
-    recorded with each ``response.done`` and at the end (``gateway.shell.observe``)."""
+    recorded with each ``response.done`` and ``audio.done``, and at the end
+    (``gateway.shell.observe``)."""
 
     def __init__(self, meter: SessionMeter) -> None:
         self._meter = meter
@@ -282,8 +283,9 @@ class UsageObserver:
                 self._count("client", len(calls))
             case ToolStatus(status="running" | "pending" as status, duplicate=False):
                 self._count("server" if status == "running" else "async", 1)
-            case AudioDone(audio_ms=audio_ms):
+            case AudioDone(audio_ms=audio_ms):  # often after its response.done
                 self._tally.audio_out_ms += audio_ms
+                self._flush()
             case InputSpeechStarted(offset_ms=offset):
                 self._speech_from = offset
             case InputSpeechStopped(offset_ms=offset) if self._speech_from is not None:

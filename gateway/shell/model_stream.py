@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 import structlog
 
@@ -44,6 +44,14 @@ _YIELD_EVERY = 16
 events, then every this many it reads in one round of the loop (a burst; a paced stream
 gives the loop back between its events anyway). ``bench/first_delta.py``: a 500-chunk
 burst's first delta reaches the client 8 ms after the request, 25 ms without."""
+
+
+@runtime_checkable
+class Refusable(Protocol):
+    """A model that may have begun an answer on its own (a speech-to-speech upstream that
+    answers speech): told when the step it would be is refused."""
+
+    def refuse(self) -> None: ...
 
 
 @functools.cache
@@ -134,6 +142,8 @@ class ModelStep:
             )
             return
         if isinstance(reserved, Refusal):
+            if isinstance(self._provider, Refusable):  # a speech-to-speech session's step
+                self._provider.refuse()
             self._feed(
                 ModelFailed(
                     effect.step_id,

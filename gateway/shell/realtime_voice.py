@@ -142,6 +142,9 @@ class RealtimeVoice:
         self._unheard = 0
         """Spoken turns heard as nothing, which an upstream that answers speech by itself
         may still answer."""
+        self._refused = 0
+        """Answers the upstream begins on its own for speech whose step a usage limit
+        refused: cancelled upstream and dropped (``refuse``)."""
         self._step_calls: list[up.CallRequested] = []
         self._call_ids: dict[str, str] = {}
         """The core's call ids to the upstream's."""
@@ -396,6 +399,9 @@ class RealtimeVoice:
                 upstream = self._upstream
                 if self._unheard and upstream is not None and upstream.answers_speech:
                     self._unheard -= 1  # an answer to nothing: dropped
+                elif self._refused and upstream is not None and upstream.answers_speech:
+                    self._refused -= 1  # an answer its limits refused: stopped and dropped
+                    self._soon(lambda u: u.cancel())
                 else:
                     self._turns.append(turn)
                     self._turn_begun.set()
@@ -505,6 +511,19 @@ class RealtimeVoice:
     def provider_for(self, response_id: str) -> _StepModel:
         """The model of one step of ``response_id`` (``Provider`` for ``ModelStep``)."""
         return _StepModel(self, response_id)
+
+    def refuse(self) -> None:
+        """A step of this session was refused over a usage limit: an upstream that answers
+        speech on its own has begun, or will begin, an answer nobody takes; it is cancelled
+        (where the API can: Gemini Live cannot) and never relayed."""
+        upstream = self._upstream
+        if upstream is None or not upstream.answers_speech:
+            return  # the gateway asks for every answer: none was asked
+        if self._turns:
+            self._turns.popleft()
+            self._soon(lambda u: u.cancel())
+        else:
+            self._refused += 1
 
     async def step(self, request: ModelRequest, response_id: str) -> AsyncIterator[ModelEvent]:
         async with self._step_lock:
@@ -617,6 +636,10 @@ class _StepModel:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         return self._link.step(request, self._response_id)
+
+    def refuse(self) -> None:
+        """The step was not started (a usage limit): see ``RealtimeVoice.refuse``."""
+        self._link.refuse()
 
     async def aclose(self) -> None:
         pass
