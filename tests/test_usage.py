@@ -45,7 +45,7 @@ AUTH: dict[str, Any] = {
     "api_keys": f"backend:{KEY},other:{OTHER_KEY},ops:{OPS_KEY}",
     "token_secret": "s" * 40,
 }
-T0 = 1_796_472_000.5  # 2026-12-04 12:00:00.5 UTC
+T0 = 1_796_472_000.5  # 2026-12-05 12:00:00.5 UTC
 
 
 class Clock:
@@ -290,8 +290,19 @@ async def test_reading_usage_needs_a_key_and_a_key_reads_only_its_own(tmp_path):
         assert (await usage(gw, as_key=OTHER_KEY, key="backend")).status_code == 403
         everyone = await usage(gw, group_by="key")  # the ops key reads them all
         assert [row["key"] for row in everyone.json()["rows"]] == ["backend", "other"]
-        bad = await usage(gw, group_by="colour")
-        assert (bad.status_code, bad.json()["code"]) == (400, "bad_query")
+        for query in (
+            {"group_by": "colour"},
+            {"start": "nan"},
+            {"end": "inf"},
+            {"start": "yesterday"},
+            {"start": "2026-12-01T00:00:00"},  # no zone
+            {"start": str(T0 - 100 * 86_400)},  # over 93 days
+            {"start": str(T0 + 8 * 86_400)},  # after the end
+        ):
+            bad = await usage(gw, **query)
+            assert (bad.status_code, bad.json()["code"]) == (400, "bad_query"), query
+        iso = await usage(gw, start="2026-12-05T00:00:00Z", end="2026-12-06T00:00:00+00:00")
+        assert iso.json()["total"]["steps"] == 2
 
 
 REALTIME_PRICES = """
@@ -383,3 +394,21 @@ async def test_a_refused_spoken_turn_is_never_answered_by_a_later_one(tmp_path, 
     # OpenAI Realtime is asked for each answer: the refused turn's was never asked for.
     expected = "third" if provider == "gemini-live" else "second"
     assert [e.text for e in third if isinstance(e, TextDone)] == [expected]
+
+
+@pytest.mark.parametrize("redis", [True], indirect=True, ids=["aof"])  # data kept on restart
+async def test_a_limit_that_cannot_be_checked_refuses_the_step_and_the_session_lives(
+    tmp_path, redis
+):
+    """The usage ledger on Redis, Redis gone: the step is not started (a budget is not
+    waived), the client is told, and once Redis is back the same session goes on."""
+    async with (
+        limited(tmp_path, "[keys.backend]\nrequests_per_minute = 100\n", store=redis.url) as gw,
+        connect(gw.url, api_key=KEY) as conv,
+    ):
+        assert await answer(conv, "echo before") == "before"
+        redis.stop()
+        error = await refused(conv, "echo during")
+        assert (error.code, error.retryable) == ("usage_unavailable", True)
+        redis.start()
+        assert await answer(conv, "echo after") == "after"

@@ -18,6 +18,7 @@ passed off as the total; ``priced_cost`` is the sum of the priced steps.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -50,9 +51,13 @@ def _instant(raw: str | None, default: float, name: str) -> float:
     if raw is None:
         return default
     try:
-        return float(raw)
+        instant = float(raw)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(instant) or not 0 <= instant < 2**33:
+            raise _BadQuery(f"{name}: not a time: {raw[:40]!r}")
+        return instant
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError as exc:

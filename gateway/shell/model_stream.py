@@ -131,12 +131,15 @@ class ModelStep:
         effect = self._effect
         try:
             reserved = await meter.reserve(effect.agent, effect.request)
-        except StoreUnavailable as exc:
-            log.warning("usage_unavailable", response_id=effect.response_id, error=str(exc))
+        except Exception as exc:  # the store down, or our bug: the step is not started
+            if isinstance(exc, StoreUnavailable):
+                log.warning("usage_unavailable", response_id=effect.response_id, error=str(exc))
+            else:
+                log.exception("usage_check_crashed", response_id=effect.response_id)
             self._feed(
                 ModelFailed(
                     effect.step_id,
-                    "usage limits cannot be checked now (the gateway's store is unreachable)",
+                    "usage limits cannot be checked now",
                     code="usage_unavailable",
                 )
             )
