@@ -28,8 +28,9 @@ from gateway.wire.v1 import (
     ResponseDone,
     SessionStart,
     TextDone,
+    ToolStatus,
 )
-from tests.data.tools import reset_gates
+from tests.data.tools import gate, reset_gates
 from tests.mock_llm import mock_llm
 from tests.realtime_upstream import Call, RealtimeUpstream, Say
 from tests.support import Gateway, serving
@@ -412,3 +413,25 @@ async def test_a_limit_that_cannot_be_checked_refuses_the_step_and_the_session_l
         assert (error.code, error.retryable) == ("usage_unavailable", True)
         redis.start()
         assert await answer(conv, "echo after") == "after"
+
+
+async def test_a_tool_in_flight_is_not_interrupted_by_a_refused_step(tmp_path):
+    """The step after an async tool's pending answer is refused: the response fails, the
+    tool runs on and its completion still reaches the client."""
+    reset_gates()
+    async with (
+        limited(tmp_path, "[keys.backend]\nrequests_per_minute = 1\n") as gw,
+        connect(gw.url, api_key=KEY) as conv,
+    ):
+        events = conv.events()
+        await conv.post("order A1")
+        seen: list[Outbound] = []
+        await until(events, ResponseDone, seen)
+        pending = [e for e in seen if isinstance(e, ToolStatus)]
+        assert [e.status for e in pending] == ["pending"]
+        errors = [e.code for e in seen if isinstance(e, Error)]
+        assert errors == ["rate_limited"]
+        gate("order:A1").set()
+        completed = await until(events, ToolStatus, seen)
+        assert completed.status == "completed"
+        assert completed.result == {"order_id": "A1", "status": "shipped"}
