@@ -443,6 +443,28 @@ test("say() throws ServerError when the gateway refuses its message", async () =
     { type: "error", code: "provider_error", message: "upstream broke", response_id: "resp_2", seq: 4 },
   );
   await assert.rejects(second, (err) => err instanceof ServerError && err.code === "provider_error");
+  // and a usage limit's refusal, with when to try again
+  const third = collect(conv.say("once more"));
+  const msg3 = await sock.next("user.message");
+  sock.push(
+    { type: "response.created", response_id: "resp_3", in_reply_to: msg3.id, seq: 5 },
+    {
+      type: "error",
+      code: "rate_limited",
+      message: "this user is over its tokens per minute (100); try again in 42 s",
+      response_id: "resp_3",
+      retryable: true,
+      retry_after: 41.5,
+      limit: { scope: "end_user", name: "tokens_per_minute", value: 100 },
+      seq: 6,
+    },
+  );
+  await assert.rejects(third, (err) => {
+    assert.equal(err.code, "rate_limited");
+    assert.equal(err.retryAfter, 41.5);
+    assert.equal(err.event.limit.scope, "end_user");
+    return true;
+  });
   await conv.close();
 });
 
