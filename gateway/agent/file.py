@@ -25,7 +25,7 @@ from gateway.errors import ConfigError
 from gateway.providers import ModelSettings, create_provider
 from gateway.providers.base import Provider
 from gateway.tools.base import ToolBackend
-from gateway.tools.entry import McpServerEntry, OpenApiEntry, ToolOptions
+from gateway.tools.entry import A2AAgentEntry, McpServerEntry, OpenApiEntry, ToolOptions
 from gateway.tools.python import PythonTools, ServerTool
 from gateway.tools.system import SystemTools, TransferTarget
 from gateway.tools.toolbox import Toolbox
@@ -246,7 +246,11 @@ def _confirm_rules(spec: AgentFile, toolbox: Toolbox, base_dir: Path) -> dict[st
     """The confirmation rules the file names (its tools', and its backends' options), each
     imported once, by reference."""
     refs = {d.confirm_rule for d in toolbox.registry.definitions() if d.confirm_rule}
-    entries: list[McpServerEntry | OpenApiEntry] = [*spec.mcp_servers, *spec.openapi]
+    entries: list[McpServerEntry | OpenApiEntry | A2AAgentEntry] = [
+        *spec.mcp_servers,
+        *spec.openapi,
+        *spec.a2a_agents,
+    ]
     for entry in entries:
         refs |= {o.confirm_rule for o in entry.tool_options.values() if o.confirm_rule}
     rules: dict[str, ConfirmRule] = {}
@@ -264,8 +268,8 @@ def _remote_backends(
     chain: tuple[Path, ...],
     transfers: list[TransferTarget],
 ) -> list[ToolBackend]:
-    """The MCP servers, OpenAPI documents, system tools and other agents the file names,
-    not started."""
+    """The MCP servers, OpenAPI documents, remote A2A agents, system tools and other agents
+    the file names, not started."""
     backends: list[ToolBackend] = []
     if spec.mcp_servers:
         from gateway.tools.mcp.backend import McpTools  # the MCP SDK is loaded only when used
@@ -275,6 +279,10 @@ def _remote_backends(
         from gateway.tools.openapi.backend import OpenApiTools
 
         backends += [OpenApiTools(entry, base_dir) for entry in spec.openapi]
+    if spec.a2a_agents:
+        from gateway.tools.a2a.backend import A2ATools  # the A2A SDK is loaded only when used
+
+        backends += [A2ATools(entry) for entry in spec.a2a_agents]
     if spec.system_tools or transfers:
         backends.append(SystemTools(spec.system_tools, transfers=transfers))
     if spec.agent_tools:

@@ -2,7 +2,8 @@
 
 Decoding checks the shape (``forbid_unknown_fields``: a typo fails at startup); what the
 entries name (modules, files, servers) is checked when ``gateway.agent.file`` loads them. The
-entries of tool backends (``[[mcp_servers]]``, ``[[openapi]]``, ``[[agent_tools]]``) are the
+entries of tool backends (``[[mcp_servers]]``, ``[[openapi]]``, ``[[a2a_agents]]``,
+``[[agent_tools]]``) are the
 backends' own (``gateway.tools.entry``).
 """
 
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.providers import ModelSettings
-from gateway.tools.entry import AgentToolEntry, McpServerEntry, OpenApiEntry
+from gateway.tools.entry import A2AAgentEntry, AgentToolEntry, McpServerEntry, OpenApiEntry
 from gateway.tools.system import SystemToolName
 from gateway.wire.v1 import Widget
 
@@ -83,6 +84,8 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """MCP servers whose tools the agent offers (docs/tools.md)."""
     openapi: list[OpenApiEntry] = []
     """HTTP APIs described by OpenAPI documents, each operation a tool (docs/tools.md)."""
+    a2a_agents: list[A2AAgentEntry] = []
+    """Remote agents spoken to over A2A, each skill a tool (docs/tools.md)."""
     confirm_mcp_writes: bool = False
     """Every MCP tool not annotated read-only needs the user's confirmation."""
     agent_tools: list[AgentToolEntry] = []

@@ -31,7 +31,7 @@ __all__ = [
     "tool_name",
 ]
 
-BackendKind = Literal["python", "mcp", "openapi", "agent", "system"]
+BackendKind = Literal["python", "mcp", "openapi", "a2a", "agent", "system"]
 
 ReportProgress = Callable[[Any], None]
 """Sends ``tool.status progress`` with a JSON-compatible payload; callable from any thread."""

@@ -1,8 +1,9 @@
 """What an agent file says about a tool backend: its entry (``[[mcp_servers]]``,
-``[[openapi]]``, ``[[agent_tools]]``), the options it sets on a backend's tools, and the
-``${VAR}`` in its values that the gateway's environment fills in.
+``[[openapi]]``, ``[[a2a_agents]]``, ``[[agent_tools]]``), the options it sets on a backend's
+tools, and the ``${VAR}`` in its values that the gateway's environment fills in.
 
-The backends read their entries (``tools.mcp``, ``tools.openapi``, ``tools.agent``); the agent
+The backends read their entries (``tools.mcp``, ``tools.openapi``, ``tools.a2a``,
+``tools.agent``); the agent
 file's own format, which lists them, is ``gateway.agent.spec``.
 """
 
@@ -20,6 +21,7 @@ from gateway.errors import ConfigError
 from gateway.tools.base import BackendKind
 
 __all__ = [
+    "A2AAgentEntry",
     "AgentToolEntry",
     "EntryBackend",
     "McpServerEntry",
@@ -105,6 +107,32 @@ class OpenApiEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     timeout, display name."""
 
 
+class A2AAgentEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A remote agent spoken to over A2A (``[[a2a_agents]]`` in an agent file): each skill
+    its agent card lists is a tool whose input is the message to send."""
+
+    name: _BackendName
+    """Names the backend (``a2a:NAME``) and prefixes its tools' names where they clash."""
+    url: str
+    """Its agent card (a URL ending in ``.json``), or the agent's base URL, whose
+    ``/.well-known/agent-card.json`` is fetched."""
+    headers: dict[str, str] = {}
+    """Sent with every request (the card's too); ``${VAR}`` in a value is the gateway's
+    environment variable (``Authorization = "Bearer ${BILLING_TOKEN}"``)."""
+    skills: list[str] | None = None
+    """Only these skills (the card's skill ids); ``None`` offers all."""
+    optional: bool = False
+    """Unreachable card at startup: a warning (and fetched again in the background), not an
+    error."""
+    connect_timeout: float = 10.0
+    """Seconds to fetch the card."""
+    timeout: float | None = None
+    """Seconds a call of its skills may take; ``None`` takes the gateway's server-tool one."""
+    tool_options: dict[str, ToolOptions] = {}
+    """By the tool's name (as the gateway names the skill): execution (``async`` for a
+    long-running task), delivery, timeout, display name."""
+
+
 class AgentToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Another agent offered as a tool (``[[agent_tools]]`` in an agent file): calling it
     runs that agent's turn to completion and returns its final text."""
@@ -127,12 +155,15 @@ class AgentToolEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class EntryBackend:
-    """What a backend an agent file names (an MCP server, an OpenAPI document) is called:
+    """What a backend an agent file names (an MCP server, an OpenAPI document, a remote A2A
+    agent) is called:
     ``KIND:NAME``, its tools prefixed with ``NAME`` on a clash, optional as the file says."""
 
     kind: BackendKind
 
-    def __init__(self, entry: McpServerEntry | OpenApiEntry | AgentToolEntry) -> None:
+    def __init__(
+        self, entry: McpServerEntry | OpenApiEntry | A2AAgentEntry | AgentToolEntry
+    ) -> None:
         self._named = entry
 
     @property

@@ -1,0 +1,341 @@
+"""The skills of a remote A2A agent (``[[a2a_agents]]`` in an agent file), as a
+``ToolBackend``.
+
+The official ``a2a-sdk`` speaks the protocol. ``start`` fetches the agent card and makes a
+tool of each selected skill, whose input is the message to send. A call sends one message
+(streaming when the card says the agent can) and follows the reply (``reply``): a message is
+the result; a task reports its status updates as progress and its artifacts' text is the
+result once it completes. Cancelling a call cancels its open task on the agent.
+
+A2A has no field naming the skill a message is for, so the message's metadata carries it
+as ``skill_id``; an agent that ignores it reads the message alone.
+
+Not done yet (docs/tools.md): answering a task that asks for input, re-attaching to open
+tasks after a node takeover, a sync call turning async on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import structlog
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    AgentSkill,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+)
+from a2a.utils.errors import A2AError
+
+from gateway.core.tool import ToolDef, check_tool, default_display_name
+from gateway.errors import ConfigError, ToolError
+from gateway.tools.a2a.reply import TaskFollower, state_name
+from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress, tool_name
+from gateway.tools.entry import (
+    A2AAgentEntry,
+    EntryBackend,
+    check_options_known,
+    expand_env,
+    with_options,
+)
+
+__all__ = ["A2ATools"]
+
+log = structlog.get_logger("gateway.tools")
+
+_CARD_PATH = "/.well-known/agent-card.json"
+_CANCEL_TIMEOUT = 3.0
+"""Seconds a cancelled call gives the agent to take ``CancelTask``: best effort."""
+_POLL_INTERVAL = 1.0
+"""Seconds between ``GetTask`` polls of an agent that cannot stream."""
+_FIRST_RETRY_DELAY = 1.0
+_MAX_RETRY_DELAY = 30.0
+
+
+class A2ATools(EntryBackend):
+    """The skills of one remote A2A agent, as a ``gateway.tools.base.ToolBackend``.
+
+    Each skill is a tool named after its id (``tool_name``), taking ``{"message": str}``.
+    The result is the text of the agent's reply message, or of the completed task's
+    artifacts (joined by newlines).
+
+    Raises:
+        ConfigError: a header names an environment variable that is not set.
+    """
+
+    kind: BackendKind = "a2a"
+
+    def __init__(self, entry: A2AAgentEntry) -> None:
+        super().__init__(entry)
+        self._entry = entry
+        self._headers = {
+            key: expand_env(value, f"a2a:{entry.name}: headers.{key}")
+            for key, value in entry.headers.items()
+        }
+        self._definitions: tuple[ToolDef, ...] = ()
+        self._skills: dict[str, str] = {}
+        """The card's skill id of each tool, by ours."""
+        self._listeners: list[Callable[[], None]] = []
+        self._http: httpx.AsyncClient | None = None
+        self._client: Client | None = None
+        self._streaming = False
+        self._retry: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Fetch the card and make a tool of each selected skill, within ``connect_timeout``.
+
+        An optional agent whose card cannot be fetched is tried again in the background;
+        the change listeners are called once it answers.
+
+        Raises:
+            ConfigError: the card cannot be fetched (naming its URL and why), or its skills
+                do not match the agent file.
+        """
+        try:
+            await self._connect()
+        except ConfigError as exc:
+            if self.optional and self._retry is None:
+                self._retry = asyncio.create_task(self._keep_trying(str(exc)), name=self.name)
+            raise
+
+    def definitions(self) -> Sequence[ToolDef]:
+        return self._definitions
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,  # not sent: the agent file's headers speak for the gateway
+    ) -> Any:
+        """Send ``args["message"]`` to the skill and follow the reply; see
+        ``ToolBackend.call``.
+
+        Cancelling the awaiting task sends ``CancelTask`` for an open task (best effort,
+        within a few seconds), then goes on cancelling.
+
+        Raises:
+            ToolError: the task failed, was rejected or cancelled, needs authentication or
+                input, the reply is malformed, or the agent cannot be reached.
+        """
+        skill = self._skills.get(name)
+        client = self._client
+        if skill is None or client is None:
+            raise ToolError(f"{self.name} offers no tool {name!r}")
+        request = SendMessageRequest(
+            message=Message(
+                role=Role.ROLE_USER,
+                message_id=uuid.uuid4().hex,
+                parts=[Part(text=str(args.get("message", "")))],
+                metadata={"skill_id": skill},
+            )
+        )
+        follower = TaskFollower(progress)
+        bound = log.bind(backend=self.name, skill=skill)
+        try:
+            async for event in client.send_message(request):
+                done, text = self._feed(follower, event, bound)
+                if done:
+                    return text
+            if follower.open and not self._streaming:
+                return await self._poll(client, follower, bound)
+            raise ToolError(
+                "the remote agent's reply ended before its task did"
+                f" (state: {state_name(follower.state)})"
+            )
+        except asyncio.CancelledError:
+            if follower.open and follower.task_id is not None:
+                await self._cancel_remote(client, follower.task_id, bound)
+            raise
+        except (A2AError, httpx.HTTPError, ValueError) as exc:
+            raise ToolError(f"the remote agent {self._entry.url}: {_cause(exc)}") from exc
+
+    async def aclose(self) -> None:
+        """Stop retrying, and close the HTTP client (its pooled connections)."""
+        if self._retry is not None:
+            self._retry.cancel()
+            await asyncio.gather(self._retry, return_exceptions=True)
+            self._retry = None
+        await self._close_client()
+
+    def _feed(
+        self, follower: TaskFollower, event: StreamResponse, bound: Any
+    ) -> tuple[bool, str | None]:
+        """One event of the reply; logged with the remote task's id once there is one."""
+        seen = follower.task_id
+        try:
+            return follower.feed(event)
+        finally:
+            if follower.task_id is not None and follower.task_id != seen:
+                bound.info("a2a_task_started", task_id=follower.task_id)
+            if follower.task_id is not None:
+                bound.debug(
+                    "a2a_task_event", task_id=follower.task_id, state=state_name(follower.state)
+                )
+
+    async def _poll(self, client: Client, follower: TaskFollower, bound: Any) -> str | None:
+        """Follow a task with ``GetTask`` until it ends: for an agent that cannot stream,
+        whose blocking send answered while the task still ran."""
+        assert follower.task_id is not None
+        while True:
+            await asyncio.sleep(_POLL_INTERVAL)
+            task = await client.get_task(GetTaskRequest(id=follower.task_id))
+            done, text = self._feed(follower, StreamResponse(task=task), bound)
+            if done:
+                return text
+
+    async def _cancel_remote(self, client: Client, task_id: str, bound: Any) -> None:
+        """Tell the agent to stop the task; its answer (or silence) does not matter."""
+        try:
+            async with asyncio.timeout(_CANCEL_TIMEOUT):
+                await client.cancel_task(CancelTaskRequest(id=task_id))
+            bound.info("a2a_task_cancelled", task_id=task_id)
+        except (TimeoutError, A2AError, httpx.HTTPError) as exc:
+            bound.warning("a2a_task_cancel_failed", task_id=task_id, error=_cause(exc))
+
+    async def _connect(self) -> None:
+        """Fetch the card, make the tools, make the client."""
+        http = httpx.AsyncClient(
+            headers=self._headers,
+            # No read timeout: a task may work long in silence, and the gateway times calls
+            # out itself.
+            timeout=httpx.Timeout(30.0, connect=self._entry.connect_timeout, read=None),
+            follow_redirects=True,
+        )
+        try:
+            card = await self._fetch_card(http)
+            definitions, skills = self._tools(card)
+            config = ClientConfig(httpx_client=http, streaming=True)
+            try:
+                client = ClientFactory(config).create(card)
+            except ValueError as exc:  # no transport both sides speak
+                raise ConfigError(f"agent card {self._card_url()}: {exc}") from exc
+        except BaseException:
+            await http.aclose()
+            raise
+        await self._close_client()
+        self._http, self._client = http, client
+        self._streaming = card.capabilities.streaming
+        self._definitions, self._skills = definitions, skills
+        log.info("a2a_agent_loaded", backend=self.name, skills=list(skills.values()))
+
+    async def _close_client(self) -> None:
+        """Close the HTTP client of an earlier start, if any."""
+        self._client = None
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    def _card_url(self) -> str:
+        url = self._entry.url.rstrip("/")
+        return url if url.endswith(".json") else url + _CARD_PATH
+
+    async def _fetch_card(self, http: httpx.AsyncClient) -> AgentCard:
+        url = self._card_url()
+        resolver = A2ACardResolver(http, url, agent_card_path="")
+        try:
+            async with asyncio.timeout(self._entry.connect_timeout):
+                return await resolver.get_agent_card()
+        except TimeoutError as exc:
+            raise ConfigError(
+                f"agent card {url}: no answer within {self._entry.connect_timeout:g} s"
+            ) from exc
+        except A2AError as exc:
+            raise ConfigError(f"agent card {url}: {_cause(exc)}") from exc
+
+    def _tools(self, card: AgentCard) -> tuple[tuple[ToolDef, ...], dict[str, str]]:
+        """The selected skills as tools, and each one's skill id by tool name.
+
+        Raises:
+            ConfigError: ``skills`` names one the card lacks, two skills get the same tool
+                name, a tool is unusable, or ``tool_options`` names a tool not offered.
+        """
+        offered = {skill.id: skill for skill in card.skills}
+        wanted = list(offered) if self._entry.skills is None else self._entry.skills
+        if missing := [s for s in wanted if s not in offered]:
+            raise ConfigError(
+                f"skills names {', '.join(map(repr, missing))}, which the agent card does not"
+                f" list (it lists: {', '.join(offered) or 'nothing'})"
+            )
+        definitions: list[ToolDef] = []
+        skills: dict[str, str] = {}
+        for skill_id in wanted:
+            definition = self._definition(offered[skill_id], card)
+            if definition.name in skills:
+                raise ConfigError(
+                    f"skills {skills[definition.name]!r} and {skill_id!r} would both be tool"
+                    f" {definition.name!r}"
+                )
+            skills[definition.name] = skill_id
+            definitions.append(definition)
+        check_options_known(self.name, self._entry.tool_options, list(skills))
+        return tuple(definitions), skills
+
+    def _definition(self, skill: AgentSkill, card: AgentCard) -> ToolDef:
+        name = tool_name(skill.id)
+        examples = "; ".join(e.strip() for e in skill.examples if e.strip())
+        texts = [
+            t
+            for t in (
+                skill.name.strip(),
+                skill.description.strip(),
+                f"Examples: {examples}" if examples else "",
+            )
+            if t
+        ]
+        agent = card.name or self._entry.name
+        definition = ToolDef(
+            name=name,
+            description="\n\n".join(texts) or f"The {skill.id!r} skill of the agent {agent!r}.",
+            kind="server",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "message": {
+                        "type": "string",
+                        "description": f"What to ask the remote agent {agent!r}, in plain words.",
+                    }
+                },
+                "required": ["message"],
+                "additionalProperties": False,
+            },
+            display_name=skill.name.strip() or default_display_name(name),
+            timeout=self._entry.timeout,
+        )
+        definition = with_options(definition, self._entry.tool_options.get(name))
+        check_tool(definition)
+        return definition
+
+    async def _keep_trying(self, error: str) -> None:
+        """An optional agent: fetch its card again, with backoff, until it answers."""
+        delay = _FIRST_RETRY_DELAY
+        while True:
+            log.warning("a2a_agent_unavailable", backend=self.name, error=error, retry_in=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RETRY_DELAY)
+            try:
+                await self._connect()
+            except ConfigError as exc:
+                error = str(exc)
+                continue
+            for listener in self._listeners:
+                listener()
+            return
+
+
+def _cause(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return str(message)
