@@ -29,7 +29,7 @@ from structlog.testing import capture_logs
 
 from gateway.__main__ import _parser
 from gateway.agent.cli import run_tools_command
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, ToolError
 from gateway.tools.a2a.backend import A2ATools
 from gateway.tools.entry import A2AAgentEntry
 from gateway.wire.v1 import ResponseDone, ToolStatus
@@ -77,7 +77,7 @@ class HelperExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def card(url: str) -> AgentCard:
+def card(url: str, *, streaming: bool = True) -> AgentCard:
     return AgentCard(
         name="helper",
         description="A test agent.",
@@ -85,7 +85,7 @@ def card(url: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=f"{url}/", protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[
@@ -96,20 +96,21 @@ def card(url: str) -> AgentCard:
                 examples=["echo hello"],
                 tags=["test"],
             ),
-            AgentSkill(id="long_report", name="Report", description="Writes a report.", tags=[]),
-            AgentSkill(id="failing", name="Fail", description="Always fails.", tags=[]),
+            AgentSkill(id="long_report", name="Report", description="Writes a report.", tags=["test"]),
+            AgentSkill(id="failing", name="Fail", description="Always fails.", tags=["test"]),
         ],
     )
 
 
 @asynccontextmanager
-async def a2a_agent() -> AsyncIterator[Remote]:
-    """The test agent served by uvicorn in this loop, on a free port."""
+async def a2a_agent(*, streaming: bool = True) -> AsyncIterator[Remote]:
+    """The test agent served by uvicorn in this loop, on a free port (``streaming``: what
+    its card says it can)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     remote = Remote(url=f"http://127.0.0.1:{sock.getsockname()[1]}")
-    agent_card = card(remote.url)
+    agent_card = card(remote.url, streaming=streaming)
     handler = DefaultRequestHandler(
         agent_executor=HelperExecutor(remote),
         task_store=InMemoryTaskStore(),
@@ -317,3 +318,21 @@ async def test_the_cli_lists_and_tests_an_a2a_tool(remote: Remote, tmp_path: Pat
     )
     assert await run_tools_command(parsed, out) == 1
     assert "the disk is full" in json.loads(out.getvalue())["error"]
+
+
+async def test_an_agent_that_cannot_stream_answers_each_skill_through_one_send() -> None:
+    """A card without streaming: each call is one blocking ``SendMessage``, which answers
+    with the reply, the completed task's artifacts, or its failure."""
+    async with a2a_agent(streaming=False) as remote:
+        backend = A2ATools(A2AAgentEntry(name="helper", url=remote.url))
+        await backend.start()
+        try:
+            assert await backend.call("quick_echo", {"message": "hi"}, print) == "echo: hi"
+            call = asyncio.create_task(backend.call("long_report", {"message": "q3"}, print))
+            remote.release.set()
+            async with asyncio.timeout(10):
+                assert await call == "report on q3"
+            with pytest.raises(ToolError, match="the disk is full"):
+                await backend.call("failing", {"message": "please"}, print)
+        finally:
+            await backend.aclose()
