@@ -96,7 +96,9 @@ def card(url: str, *, streaming: bool = True) -> AgentCard:
                 examples=["echo hello"],
                 tags=["test"],
             ),
-            AgentSkill(id="long_report", name="Report", description="Writes a report.", tags=["test"]),
+            AgentSkill(
+                id="long_report", name="Report", description="Writes a report.", tags=["test"]
+            ),
             AgentSkill(id="failing", name="Fail", description="Always fails.", tags=["test"]),
         ],
     )
