@@ -60,6 +60,7 @@ from bench.server_process import (
     pinning,
     placement,
 )
+from bench.upstream import Round  # first delta and whole answer, seconds; deltas
 from bench.ws_client import WebSocket, connect, frame_type
 
 __all__: list[str] = []
@@ -90,15 +91,6 @@ class Target:
     pid: int
     session_start: bool
     """Whether a connection starts with a v1 ``session.start``."""
-
-
-@dataclass
-class Round:
-    first: float
-    """Seconds from sending ``user.message`` to the first ``text.delta``."""
-    total: float
-    """Seconds from sending it to ``response.done``."""
-    deltas: int
 
 
 @dataclass

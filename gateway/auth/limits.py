@@ -160,13 +160,12 @@ class Budgets:
             ConfigError: naming the models without a price.
         """
         spec = self.spec
-        costed = any(limits.costed for limits in spec.keys.values()) or any(
-            limits.costed for limits in spec.agents.values()
-        )
-        costed = costed or any(
-            limits.end_users is not None and limits.end_users.costed
-            for limits in spec.keys.values()
-        )
+        every = [
+            *spec.keys.values(),
+            *spec.agents.values(),
+            *(key.end_users for key in spec.keys.values() if key.end_users is not None),
+        ]
+        costed = any(limits.costed for limits in every)
         unpriced = sorted({model for model in models if model not in spec.prices})
         if costed and unpriced:
             raise ConfigError(
