@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import httpx
 
 from client_sdk import Conversation
 from gateway.store.redis import RedisStore
+from gateway.wire.v1 import ServerMsg
 from tests.nginx import nginx_in_front
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Node",
     "adoptions",
     "behind_nginx",
+    "collect",
     "owner",
     "owners_store",
     "running_cluster",
@@ -287,3 +289,21 @@ async def adoptions(cluster: Cluster) -> int:
     """Sessions taken over from another node so far, on every live node."""
     counts = [await n.metric("gateway_sessions_adopted_total") for n in cluster.nodes if n.alive]
     return int(sum(counts))
+
+
+async def collect(
+    conv: Conversation, done: Callable[[list[ServerMsg]], bool]
+) -> asyncio.Task[list[ServerMsg]]:
+    """A task gathering ``conv``'s events (subscribed before this returns) until ``done``."""
+
+    async def gather() -> list[ServerMsg]:
+        events: list[ServerMsg] = []
+        async for event in conv.events():
+            events.append(event)
+            if done(events):
+                break
+        return events
+
+    task = asyncio.create_task(gather())
+    await asyncio.sleep(0)  # the task subscribes at its first step, before any await
+    return task

@@ -1,6 +1,7 @@
 """Remote A2A agents as tools, over real sockets: a real ``a2a-sdk`` server started here
-(a quick skill that answers with a message, a long one that works as a task with progress,
-one that fails) and a gateway whose agent file names it in ``[[a2a_agents]]``."""
+(tests/a2a_support.py: a quick skill that answers with a message, a long one that works as a
+task with progress, one that asks for input, one that fails) and a gateway whose agent file
+names it in ``[[a2a_agents]]``. Its tasks outliving a gateway node: tests/test_a2a_takeover.py."""
 
 from __future__ import annotations
 
@@ -8,23 +9,11 @@ import asyncio
 import io
 import json
 import socket
-import textwrap
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from a2a.helpers import new_task_from_user_message, new_text_message
-from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part
-from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
 from gateway.__main__ import _parser
@@ -32,164 +21,10 @@ from gateway.agent.cli import run_tools_command
 from gateway.errors import ConfigError, ToolError
 from gateway.tools.a2a.backend import A2ATools
 from gateway.tools.entry import A2AAgentEntry
-from gateway.wire.v1 import ResponseDone, ToolStatus
+from gateway.tools.python import Progress
+from gateway.wire.v1 import ResponseCancel, ResponseCreated, ResponseDone, ToolStatus, UserMessage
+from tests.a2a_support import Remote, a2a_agent, write_agent
 from tests.support import say, serving, session, streamed_text
-
-
-@dataclass
-class Remote:
-    """The test agent: what it was sent, and the gate of its long task."""
-
-    url: str = ""
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    authorizations: list[str] = field(default_factory=list)
-
-
-class HelperExecutor(AgentExecutor):
-    def __init__(self, remote: Remote) -> None:
-        self.remote = remote
-
-    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        message = context.message
-        assert message is not None
-        skill = message.metadata["skill_id"]
-        text = context.get_user_input()
-        if skill == "quick-echo":
-            await event_queue.enqueue_event(new_text_message(f"echo: {text}"))
-            return
-        task = new_task_from_user_message(message)
-        await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
-        if skill == "failing":
-            await updater.failed(updater.new_agent_message([Part(text="the disk is full")]))
-            return
-        for step in ("reading", "writing"):
-            await updater.start_work(updater.new_agent_message([Part(text=step)]))
-        await self.remote.release.wait()
-        await updater.add_artifact([Part(text=f"report on {text}")], name="report")
-        await updater.complete()
-
-    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        self.remote.cancelled.set()
-        assert context.task_id is not None
-        assert context.context_id is not None
-        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
-
-
-def card(url: str, *, streaming: bool = True) -> AgentCard:
-    return AgentCard(
-        name="helper",
-        description="A test agent.",
-        version="1.0",
-        supported_interfaces=[
-            AgentInterface(url=f"{url}/", protocol_binding="JSONRPC", protocol_version="1.0")
-        ],
-        capabilities=AgentCapabilities(streaming=streaming),
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
-        skills=[
-            AgentSkill(
-                id="quick-echo",
-                name="Echo",
-                description="Says it back.",
-                examples=["echo hello"],
-                tags=["test"],
-            ),
-            AgentSkill(
-                id="long_report", name="Report", description="Writes a report.", tags=["test"]
-            ),
-            AgentSkill(id="failing", name="Fail", description="Always fails.", tags=["test"]),
-        ],
-    )
-
-
-@asynccontextmanager
-async def a2a_agent(*, streaming: bool = True) -> AsyncIterator[Remote]:
-    """The test agent served by uvicorn in this loop, on a free port (``streaming``: what
-    its card says it can)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    remote = Remote(url=f"http://127.0.0.1:{sock.getsockname()[1]}")
-    agent_card = card(remote.url, streaming=streaming)
-    handler = DefaultRequestHandler(
-        agent_executor=HelperExecutor(remote),
-        task_store=InMemoryTaskStore(),
-        agent_card=agent_card,
-    )
-    app = Starlette(
-        routes=[
-            *create_agent_card_routes(agent_card),
-            *create_jsonrpc_routes(handler, rpc_url="/"),
-        ]
-    )
-
-    async def recording(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            remote.authorizations.append(headers.get(b"authorization", b"").decode())
-        await app(scope, receive, send)
-
-    server = uvicorn.Server(uvicorn.Config(recording, log_config=None, lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield remote
-    finally:
-        remote.release.set()
-        server.should_exit = True
-        await task
-        sock.close()
-
-
-SCENARIO = """
-pace = 0
-fallback = "Ask me."
-
-[[rules]]
-match = '^echo (?P<t>.*)$'
-calls = [{ tool = "quick_echo", args = { message = "{t}" } }]
-
-[[rules]]
-match = '^report on (?P<t>.*)$'
-calls = [{ tool = "long_report", args = { message = "{t}" } }]
-
-[[rules]]
-match = '^fail$'
-calls = [{ tool = "failing", args = { message = "please" } }]
-
-[[results]]
-tool = "long_report"
-when = "pending"
-say = "Working on it."
-
-[[completions]]
-tool = "long_report"
-say = "The report is ready."
-"""
-
-
-def write_agent(tmp_path: Path, url: str, extra: str = "") -> Path:
-    (tmp_path / "scenario.toml").write_text(SCENARIO)
-    agent = tmp_path / "agent.toml"
-    agent.write_text(
-        textwrap.dedent(
-            f"""
-            name = "delegator"
-            [model]
-            provider = "scripted"
-            scenario = "scenario.toml"
-
-            [[a2a_agents]]
-            name = "helper"
-            url = "{url}"
-            headers = {{ Authorization = "Bearer ${{HELPER_TOKEN}}" }}
-            tool_options.long_report = {{ execution = "async" }}
-            """
-        )
-        + extra
-    )
-    return agent
 
 
 @pytest.fixture
@@ -209,7 +44,12 @@ async def test_each_skill_is_a_tool_and_a_task_maps_onto_a_tool_call(
     agent = write_agent(tmp_path, remote.url)
     async with serving(agent=str(agent)) as gateway, session(gateway.url) as (conn, created):
         offered = {t.name: t.execution for t in created.tools}
-        assert offered == {"quick_echo": "sync", "long_report": "async", "failing": "sync"}
+        assert offered == {
+            "quick_echo": "sync",
+            "long_report": "async",
+            "failing": "sync",
+            "book_table": "sync",
+        }
 
         # The quick skill answers with a message, inside the turn.
         events = await say(conn, "echo hello there")
@@ -305,7 +145,7 @@ async def test_the_cli_lists_and_tests_an_a2a_tool(remote: Remote, tmp_path: Pat
     assert await run_tools_command(parsed, out) == 0
     listed = {row["name"]: row for row in json.loads(out.getvalue())}
     assert listed["quick_echo"]["backend"] == "a2a:helper"
-    assert listed["quick_echo"]["input"] == "message: string"
+    assert listed["quick_echo"]["input"] == "message: string, task_id?: string"
 
     out = io.StringIO()
     parsed = _parser().parse_args(
@@ -322,9 +162,10 @@ async def test_the_cli_lists_and_tests_an_a2a_tool(remote: Remote, tmp_path: Pat
     assert "the disk is full" in json.loads(out.getvalue())["error"]
 
 
-async def test_an_agent_that_cannot_stream_answers_each_skill_through_one_send() -> None:
-    """A card without streaming: each call is one blocking ``SendMessage``, which answers
-    with the reply, the completed task's artifacts, or its failure."""
+async def test_an_agent_that_cannot_stream_is_polled_for_its_task() -> None:
+    """A card without streaming: each call is one ``SendMessage`` that answers at once (with
+    the reply, or the task as it starts), and a task is polled with ``GetTask`` until it
+    completes or fails."""
     async with a2a_agent(streaming=False) as remote:
         backend = A2ATools(A2AAgentEntry(name="helper", url=remote.url))
         await backend.start()
@@ -338,3 +179,108 @@ async def test_an_agent_that_cannot_stream_answers_each_skill_through_one_send()
                 await backend.call("failing", {"message": "please"}, print)
         finally:
             await backend.aclose()
+
+
+async def test_a_sync_call_whose_task_keeps_working_turns_async(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """Past ``sync_budget`` a sync call's task still works: the call turns pending, the
+    turn ends, and the task's result comes later as a completion."""
+    agent = write_agent(tmp_path, remote.url, "sync_budget = 0.2\n", long_report="timeout = 60")
+    async with serving(agent=str(agent)) as gateway, session(gateway.url) as (conn, created):
+        assert {t.name: t.execution for t in created.tools}["long_report"] == "sync"
+        events = await say(conn, "report on q3")
+        done = statuses(events)
+        assert [s.status for s in done if s.status != "progress"] == ["running", "pending"]
+        assert streamed_text(events) == "Working on it."
+        remote.release.set()
+        later = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+        completed = statuses(later)[-1]
+        assert (completed.call_id, completed.status) == (done[0].call_id, "completed")
+        assert completed.result == "report on q3"
+        assert streamed_text(later) == "The report is ready."
+    assert remote.reports == ["q3"]
+
+
+async def test_a_question_of_the_remote_agent_round_trips_through_the_user(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A task in INPUT_REQUIRED: the model gets the question and the task's id, asks the
+    user, and sends the answer into the same task, which completes."""
+    agent = write_agent(tmp_path, remote.url)
+    async with serving(agent=str(agent)) as gateway, session(gateway.url) as (conn, _):
+        events = await say(conn, "book a table")
+        asked = statuses(events)[-1]
+        assert (asked.tool, asked.status) == ("book_table", "completed")
+        assert isinstance(asked.result, dict)
+        assert asked.result["status"] == "input_required"
+        assert asked.result["question"] == "For how many?"
+        assert streamed_text(events) == "For how many?"
+
+        events = await say(conn, "for 4")
+        answered = statuses(events)[-1]
+        assert answered.status == "completed"
+        assert answered.result == "booked for 4"
+        assert streamed_text(events) == "Done: booked for 4."
+
+
+@pytest.mark.parametrize("how", ["response.cancel", "deadline"])
+async def test_cancelling_a_call_in_a_conversation_cancels_the_remote_task(
+    remote: Remote, tmp_path: Path, how: str
+) -> None:
+    timeout = 1 if how == "deadline" else 60
+    agent = write_agent(tmp_path, remote.url, long_report=f"timeout = {timeout}")
+    async with serving(agent=str(agent)) as gateway, session(gateway.url) as (conn, _):
+        await conn.send(UserMessage(text="report on q4"))
+        started = await conn.recv_until(
+            lambda e: isinstance(e, ToolStatus) and e.status == "progress"
+        )
+        if how == "response.cancel":
+            response_id = next(e.response_id for e in started if isinstance(e, ResponseCreated))
+            await conn.send(ResponseCancel(response_id=response_id))
+        ended = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+        final = statuses(ended)[-1]
+        assert final.status == ("cancelled" if how == "response.cancel" else "failed")
+        async with asyncio.timeout(10):
+            await remote.cancelled.wait()
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["subscribe", "poll"])
+async def test_a_call_is_followed_again_from_its_kept_handle(streaming: bool) -> None:
+    """What a node that took a session over does: the task a call kept as its handle is
+    followed from where it stands (``SubscribeToTask``, or ``GetTask`` polls for an agent
+    that cannot stream) to its result, and is not started again."""
+    async with a2a_agent(streaming=streaming) as remote:
+        started = A2ATools(A2AAgentEntry(name="helper", url=remote.url))
+        await started.start()
+        handles: list[dict[str, Any]] = []
+        kept = asyncio.Event()
+
+        def keep(handle: dict[str, Any]) -> None:
+            handles.append(handle)
+            kept.set()
+
+        progress = Progress(lambda _: None, keep=keep)
+        first = asyncio.create_task(started.call("long_report", {"message": "q1"}, progress))
+        async with asyncio.timeout(10):
+            await kept.wait()  # the handle is kept as the task starts
+        await started.aclose()  # as a node that stops: the remote task goes on
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        assert not remote.cancelled.is_set()
+
+        resumed = A2ATools(A2AAgentEntry(name="helper", url=remote.url))
+        await resumed.start()
+        try:
+            call = asyncio.create_task(resumed.resume("long_report", handles[0], print))
+            if streaming:  # released once followed, so that the events come by the stream
+                async with asyncio.timeout(10):
+                    await remote.subscribed.wait()
+            remote.release.set()
+            async with asyncio.timeout(10):
+                assert await call == "report on q1"
+            assert remote.reports == ["q1"]
+            with pytest.raises(ToolError, match="no remote task"):
+                await resumed.resume("long_report", {}, print)
+        finally:
+            await resumed.aclose()

@@ -12,7 +12,7 @@ deterministic model, so a step that runs again on another node says the same wor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -30,7 +30,15 @@ from gateway.wire.v1 import (
     TextDone,
     ToolStatus,
 )
-from tests.cluster import Cluster, Node, behind_nginx, owner, owners_store, running_cluster
+from tests.cluster import (
+    Cluster,
+    Node,
+    behind_nginx,
+    collect,
+    owner,
+    owners_store,
+    running_cluster,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # processes, nginx and kills: seconds each
@@ -99,24 +107,6 @@ async def expect(conv: Conversation, kind: type[T]) -> asyncio.Task[T]:
         raise AssertionError("unreachable: events() ends by raising")
 
     task = asyncio.create_task(first())
-    await asyncio.sleep(0)  # the task subscribes at its first step, before any await
-    return task
-
-
-async def collect(
-    conv: Conversation, done: Callable[[list[ServerMsg]], bool]
-) -> asyncio.Task[list[ServerMsg]]:
-    """A task gathering ``conv``'s events (subscribed before this returns) until ``done``."""
-
-    async def gather() -> list[ServerMsg]:
-        events: list[ServerMsg] = []
-        async for event in conv.events():
-            events.append(event)
-            if done(events):
-                break
-        return events
-
-    task = asyncio.create_task(gather())
     await asyncio.sleep(0)  # the task subscribes at its first step, before any await
     return task
 

@@ -78,6 +78,9 @@ class Call(msgspec.Struct, kw_only=True):
     """Waiting for the user's approval (``tool.confirm``); its deadline is the answer's."""
     widget: Widget | None = None
     """A widget tool's call: the widget the client shows, filled in (``gateway.core.widget``)."""
+    handle: dict[str, Any] | None = None
+    """Where a running server tool's work can be found again (a remote agent's task id,
+    say): a node that takes the session over re-attaches to it there."""
 
     @property
     def settled(self) -> bool:
@@ -99,7 +102,7 @@ class Call(msgspec.Struct, kw_only=True):
         repeated result is answered with (tool, state, a short error) stays, so that the
         ledger's memory is bounded by its count of calls, not by their payloads."""
         assert self.settled
-        self.args, self.output = {}, None
+        self.args, self.output, self.handle = {}, None, None
         if self.error is not None and len(self.error) > _KEPT_ERROR_CHARS:
             self.error = self.error[:_KEPT_ERROR_CHARS] + "..."
 

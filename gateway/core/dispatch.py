@@ -26,7 +26,16 @@ from gateway.core.call_check import (
     too_large,
 )
 from gateway.core.confirm import ConfirmRule, prompt_for
-from gateway.core.event import CancelTool, RunTool, SaveCall, ToolFinished, ToolProgress
+from gateway.core.event import (
+    CancelTool,
+    ResumeTool,
+    RunTool,
+    SaveCall,
+    ToolDeferred,
+    ToolFinished,
+    ToolHandle,
+    ToolProgress,
+)
 from gateway.core.inbound import ToolConfirmation, ToolResult, ToolRun
 from gateway.core.model import ModelToolCall
 from gateway.core.outbound import ClientCall, ConfirmItem, ToolCalls, ToolConfirm, ToolStatus
@@ -348,6 +357,26 @@ class Dispatcher:
             self._settle(call, CallState.COMPLETED, output=event.output)
         return _completion(call)
 
+    def tool_deferred(self, event: ToolDeferred) -> None:
+        """A sync server tool will take long: its call turns async (``pending`` now, the
+        model step waiting for it goes on, its outcome comes later as a completion, by
+        its tool's delivery)."""
+        call = self.ledger.get(event.call_id)
+        if call is None or call.state is not CallState.RUNNING or call.kind != "server":
+            return  # settled, async already, or not a server tool running here
+        call.execution = "async"
+        call.advance(CallState.PENDING)
+        self._out.do(SaveCall(call))
+        self._out.send(_status(call))
+
+    def tool_handle(self, event: ToolHandle) -> None:
+        """Keep where a running server tool's work can be found again (``Call.handle``)."""
+        call = self.ledger.get(event.call_id)
+        if call is None or call.settled or call.kind != "server":
+            return
+        call.handle = event.handle
+        self._out.do(SaveCall(call))
+
     def tool_progress(self, event: ToolProgress) -> None:
         """Forward progress of a running server tool as ``tool.status progress``."""
         call = self.ledger.get(event.call_id)
@@ -379,11 +408,24 @@ class Dispatcher:
 
     def adopt(self) -> None:
         """This session was taken over from another node: the server tools running there
-        are not run again here; their outcomes are routed here, or they fail at their
-        deadline saying why."""
+        are not run again here. One that kept a handle to its work (a remote agent's
+        task) is re-attached to from here; the others' outcomes are routed here, or they
+        fail at their deadline saying why."""
         for call in self.ledger.open_calls():
-            if call.kind == "server" and call.dispatched:
+            if call.kind != "server" or not call.dispatched:
+                continue
+            if call.handle is None:
                 call.elsewhere = True
+                continue
+            self._out.do(
+                ResumeTool(
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    handle=call.handle,
+                    response_id=call.response_id,
+                    agent=self.agent,
+                )
+            )
 
     def cancel(self, call: Call, reason: str) -> None:
         """Cancel an open call (and the server tool behind it)."""

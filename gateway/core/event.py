@@ -30,6 +30,7 @@ __all__ = [
     "Listen",
     "ModelFailed",
     "ModelOutput",
+    "ResumeTool",
     "RunTool",
     "SaveCall",
     "SegmentSpoken",
@@ -41,7 +42,10 @@ __all__ = [
     "SpeechStopped",
     "StopSpeaking",
     "Tick",
+    "ToolDeferred",
     "ToolFinished",
+    "ToolHandle",
+    "ToolNews",
     "ToolProgress",
     "Transcribed",
     "VoiceFailed",
@@ -88,6 +92,25 @@ class ToolProgress(msgspec.Struct, frozen=True, kw_only=True, tag="tool_progress
 
     call_id: str
     payload: Any = None
+
+
+class ToolDeferred(msgspec.Struct, frozen=True, kw_only=True, tag="tool_deferred"):
+    """A running sync server tool said it will take long (a remote agent's task that goes
+    on working): its call turns async, so the model step waiting for it goes on."""
+
+    call_id: str
+
+
+class ToolHandle(msgspec.Struct, frozen=True, kw_only=True, tag="tool_handle"):
+    """Where a running server tool's work can be found again (a remote agent's task id):
+    kept with its call, so that a node taking the session over re-attaches to it."""
+
+    call_id: str
+    handle: dict[str, Any]
+
+
+ToolNews = ToolFinished | ToolProgress | ToolDeferred | ToolHandle
+"""What a running server tool reports about its call, wherever it runs."""
 
 
 class Disconnected(msgspec.Struct, frozen=True):
@@ -161,6 +184,8 @@ Event = (
     | ModelFailed
     | ToolFinished
     | ToolProgress
+    | ToolDeferred
+    | ToolHandle
     | Disconnected
     | ShuttingDown
     | SpeechStarted
@@ -205,6 +230,18 @@ class RunTool(msgspec.Struct, frozen=True, kw_only=True):
     response_id: str
     agent: str = ""
     """Whose tool: the session's agent at the time (``""``: the gateway's own)."""
+
+
+class ResumeTool(msgspec.Struct, frozen=True, kw_only=True):
+    """Re-attach to the work of a server tool another node started (this session was
+    adopted from it), found by the ``handle`` it kept; its outcome comes back as
+    ``ToolFinished(call_id)``."""
+
+    call_id: str
+    tool: str
+    handle: dict[str, Any]
+    response_id: str
+    agent: str = ""
 
 
 class CancelTool(msgspec.Struct, frozen=True):
@@ -262,6 +299,7 @@ Effect = (
     | CallModel
     | CancelModel
     | RunTool
+    | ResumeTool
     | CancelTool
     | SaveCall
     | Listen

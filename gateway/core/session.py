@@ -38,7 +38,9 @@ from gateway.core.event import (
     SpeechStarted,
     SpeechStopped,
     Tick,
+    ToolDeferred,
     ToolFinished,
+    ToolHandle,
     ToolProgress,
     Transcribed,
     VoiceFailed,
@@ -369,6 +371,11 @@ class Session:
                 responses.advance_if_step_settled()
             case ToolProgress():
                 self._calls.tool_progress(event)
+            case ToolDeferred():
+                self._calls.tool_deferred(event)
+                responses.advance_if_step_settled()
+            case ToolHandle():
+                self._calls.tool_handle(event)
             case Tick():
                 for completion in self._calls.expire_due(now):
                     responses.deliver(completion)

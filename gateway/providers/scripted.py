@@ -274,6 +274,8 @@ class ScriptedProvider:
             context: dict[str, Any] = {"text": text, "0": found.group(0)}
             context.update({str(i): g or "" for i, g in enumerate(found.groups(), start=1)})
             context.update({k: v or "" for k, v in found.groupdict().items()})
+            if _mentions_last(rule):
+                context["last"] = _latest_outcomes(items)
             calls = [(c.tool, _render_args(c.args, context)) for c in rule.calls]
             pace = self._pace if rule.pace is None else rule.pace
             return render(rule.say, context), calls, rule.error, pace
@@ -318,6 +320,24 @@ class ScriptedProvider:
             texts.append(text)
             calls += more
         return " ".join(text for text in texts if text), calls
+
+
+def _mentions_last(rule: Rule) -> bool:
+    """Whether a rule's templates use ``{last.TOOL...}`` (only then is the history read)."""
+    return "{last." in rule.say + json.dumps([call.args for call in rule.calls])
+
+
+def _latest_outcomes(items: Sequence[Item]) -> dict[str, dict[str, Any]]:
+    """The newest outcome of each tool in the conversation, by name: ``{"output", "error"}``
+    from its result or its completion's context note (``{last.TOOL.output.x}``)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for item in reversed(items):
+        if isinstance(item, ToolOutcome) and item.output != PENDING:
+            latest.setdefault(item.name, {"output": item.output, "error": item.error})
+        elif isinstance(item, ContextNote) and (parsed := parse_completion_note(item.text)):
+            name, output, error = parsed
+            latest.setdefault(name, {"output": output, "error": error})
+    return latest
 
 
 def _ending(

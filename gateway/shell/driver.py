@@ -41,8 +41,7 @@ from gateway.core.event import (
     ModelOutput,
     ShuttingDown,
     Tick,
-    ToolFinished,
-    ToolProgress,
+    ToolNews,
 )
 from gateway.core.model import ModelText
 from gateway.core.session import Session
@@ -459,7 +458,7 @@ class Driver:
         came too late to the session's new owner, if it moved (one queued behind the news
         of the lost lease would be lost with the queue otherwise)."""
         for event in self._queue.drain():
-            if isinstance(event, ToolFinished | ToolProgress) and self.moved:
+            if isinstance(event, ToolNews) and self.moved:
                 self._tools.report(event)
 
     # ----------------------------------------------------------------- events

@@ -30,6 +30,7 @@ from gateway.core.event import (
     Effect,
     EndSpeech,
     Listen,
+    ResumeTool,
     RunTool,
     SaveCall,
     Send,
@@ -204,9 +205,9 @@ class Effects:
         match effect:
             case CallModel(step_id=step_id):
                 self._start(step_id, self._model_step(effect))
-            case RunTool(call_id=call_id):
+            case RunTool(call_id=call_id) | ResumeTool(call_id=call_id):
                 log.info(
-                    "tool_started",
+                    "tool_started" if isinstance(effect, RunTool) else "tool_resumed",
                     call_id=call_id,
                     tool=effect.tool,
                     response_id=effect.response_id,

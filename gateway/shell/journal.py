@@ -27,7 +27,7 @@ import structlog
 
 from gateway.core.call import Call
 from gateway.core.durability import Checkpoints, Sends, split_batch
-from gateway.core.event import Effect, Event, ToolFinished, ToolProgress
+from gateway.core.event import Effect, Event, ToolNews
 from gateway.core.session import Session
 from gateway.core.state import encode_item, encode_state
 from gateway.errors import StoreUnavailable
@@ -42,7 +42,7 @@ __all__ = ["Journal", "Outcome"]
 
 log = structlog.get_logger("gateway.driver")
 
-Outcome = ToolFinished | ToolProgress
+Outcome = ToolNews
 """What a server tool reports: should a commit fail for a lost lease, the session's new
 owner is given the ones applied in vain."""
 
@@ -144,7 +144,7 @@ class Journal:
         self.changed = True
         if self._lease is not None:  # else no state is saved, and no other node takes over
             self._checkpoints.applied(event)
-            if isinstance(event, ToolFinished | ToolProgress):
+            if isinstance(event, ToolNews):
                 self._outcomes.append(event)
 
     def changed_state(self) -> None:

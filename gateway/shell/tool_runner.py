@@ -14,7 +14,16 @@ from typing import Protocol
 
 import structlog
 
-from gateway.core.event import Event, RunTool, ToolFinished, ToolProgress
+from gateway.core.event import (
+    Event,
+    ResumeTool,
+    RunTool,
+    ToolDeferred,
+    ToolFinished,
+    ToolHandle,
+    ToolNews,
+    ToolProgress,
+)
 from gateway.core.session import Session
 from gateway.errors import StoreUnavailable
 from gateway.store import Store
@@ -77,24 +86,25 @@ class ToolRunner:
         self._store = store
         self._clock = clock
 
-    async def run(self, effect: RunTool) -> None:
-        """Run the tool ``effect`` asks for to its end, and report its outcome (the task
-        of a ``RunTool``)."""
+    async def run(self, effect: RunTool | ResumeTool) -> None:
+        """Run the tool ``effect`` asks for (or, for a ``ResumeTool``, follow the work
+        another node started) to its end, and report its outcome (the task of the effect)."""
         started = self._clock()
         call_id = effect.call_id
         progress = Progress(
-            lambda payload: self.report(ToolProgress(call_id=call_id, payload=payload))
+            lambda payload: self.report(ToolProgress(call_id=call_id, payload=payload)),
+            defer=lambda: self.report(ToolDeferred(call_id=call_id)),
+            keep=lambda handle: self.report(ToolHandle(call_id=call_id, handle=handle)),
         )
         other = self._agents.get(effect.agent)
         toolbox = self._toolbox if other is None else other.toolbox
         session = self._driver.session
+        caller = Caller.of(session.principal, session.time_zone)
         try:
-            output = await toolbox.call(
-                effect.tool,
-                effect.args,
-                progress,
-                Caller.of(session.principal, session.time_zone),
-            )
+            if isinstance(effect, ResumeTool):
+                output = await toolbox.resume(effect.tool, effect.handle, progress, caller)
+            else:
+                output = await toolbox.call(effect.tool, effect.args, progress, caller)
         except Exception as exc:
             log.warning("tool_raised", call_id=call_id, tool=effect.tool, error=type(exc).__name__)
             self.report(
@@ -109,7 +119,7 @@ class ToolRunner:
             )
             self.report(ToolFinished(call_id=call_id, output=output))
 
-    def report(self, event: ToolFinished | ToolProgress) -> None:
+    def report(self, event: ToolNews) -> None:
         """A server tool's outcome or progress: for this driver, or, once the session
         moved to another node, posted to its inbox there."""
         if not self._driver.moved:
@@ -119,7 +129,7 @@ class ToolRunner:
         _POSTING.add(task)
         task.add_done_callback(_POSTING.discard)
 
-    async def _post(self, event: ToolFinished | ToolProgress) -> None:
+    async def _post(self, event: ToolNews) -> None:
         try:
             await self._store.post(self._driver.session.session_id, encode_routed(event))
         except StoreUnavailable as exc:

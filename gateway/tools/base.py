@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -25,6 +25,7 @@ __all__ = [
     "BackendKind",
     "Caller",
     "ReportProgress",
+    "Resumable",
     "ToolBackend",
     "failure_code",
     "tool_failure",
@@ -128,6 +129,24 @@ class ToolBackend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A backend whose calls' work outlives the node that started it (a remote agent's
+    task): a call reports where its work is (``Progress.keep``), and a node that takes the
+    session over follows it from there instead of losing the call."""
+
+    async def resume(
+        self, name: str, handle: dict[str, Any], progress: ReportProgress, caller: Caller = ...
+    ) -> Any:
+        """Follow the work a call of tool ``name`` kept ``handle`` for, to its result, as
+        ``call`` would have.
+
+        Raises:
+            ToolError: as ``call``; or the work cannot be found again.
+        """
+        ...
 
 
 def tool_failure(exc: Exception) -> str:

@@ -128,6 +128,9 @@ class A2AAgentEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Seconds to fetch the card."""
     timeout: float | None = None
     """Seconds a call of its skills may take; ``None`` takes the gateway's server-tool one."""
+    sync_budget: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    """Seconds a sync call waits for a task that keeps working; past them, the call turns
+    async (``pending``, the turn goes on, the result comes later as a completion)."""
     tool_options: dict[str, ToolOptions] = {}
     """By the tool's name (as the gateway names the skill): execution (``async`` for a
     long-running task), delivery, timeout, display name."""

@@ -46,24 +46,50 @@ __all__ = ["Caller", "Progress", "PythonTools", "ServerTool", "ToolParam", "tool
 class Progress:
     """Passed to a tool that declares a ``Progress`` parameter: ``progress(payload)``
     sends ``tool.status progress`` with any JSON-compatible payload. Thread-safe, so
-    plain functions running in a worker thread may call it too."""
+    plain functions running in a worker thread may call it too.
 
-    __slots__ = ("_loop", "_report")
+    Two more reports reach the session a call runs in (outside one, they do nothing):
+    ``defer()``, a sync call that will take long turns async (``pending``, the turn goes
+    on, the result comes later as a completion); ``keep(handle)``, where the call's work
+    can be found again, so that a node taking the session over re-attaches to it (a
+    backend that can, ``gateway.tools.base.Resumable``)."""
 
-    def __init__(self, report: Callable[[Any], None]) -> None:
+    __slots__ = ("_defer", "_keep", "_loop", "_report")
+
+    def __init__(
+        self,
+        report: Callable[[Any], None],
+        *,
+        defer: Callable[[], None] | None = None,
+        keep: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._report = report
+        self._defer = defer
+        self._keep = keep
 
     def __call__(self, payload: Any) -> None:
-        builtins = msgspec.to_builtins(payload)
+        self._on_loop(self._report, msgspec.to_builtins(payload))
+
+    def defer(self) -> None:
+        """This sync call will take long: the session turns it async."""
+        if (defer := self._defer) is not None:
+            self._on_loop(lambda _: defer(), None)
+
+    def keep(self, handle: dict[str, Any]) -> None:
+        """Where this call's work can be found again (JSON-compatible, kept with the call)."""
+        if self._keep is not None:
+            self._on_loop(self._keep, msgspec.to_builtins(handle))
+
+    def _on_loop(self, report: Callable[[Any], None], value: Any) -> None:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            self._report(builtins)
+            report(value)
         else:
-            self._loop.call_soon_threadsafe(self._report, builtins)
+            self._loop.call_soon_threadsafe(report, value)
 
 
 @dataclass(frozen=True, slots=True)

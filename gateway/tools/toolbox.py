@@ -17,7 +17,7 @@ import structlog
 
 from gateway.core.tool import ToolDef, ToolRegistry, check_tool
 from gateway.errors import ConfigError, ToolError
-from gateway.tools.base import NOBODY, Caller, ReportProgress, ToolBackend, tool_name
+from gateway.tools.base import NOBODY, Caller, ReportProgress, Resumable, ToolBackend, tool_name
 
 __all__ = ["ToolRow", "Toolbox"]
 
@@ -110,6 +110,28 @@ class Toolbox:
             raise ToolError(f"no server tool {name!r} is offered any more")
         backend, own_name = route
         return await backend.call(own_name, args, progress, caller)
+
+    async def resume(
+        self,
+        name: str,
+        handle: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,
+    ) -> Any:
+        """Follow a call of the server tool ``name`` that another node started, from the
+        ``handle`` it kept (see ``Resumable``).
+
+        Raises:
+            ToolError: no backend runs such a tool, its backend cannot re-attach, or the
+                tool failed.
+        """
+        route = self._routes.get(name)
+        if route is None:
+            raise ToolError(f"no server tool {name!r} is offered any more")
+        backend, own_name = route
+        if not isinstance(backend, Resumable):
+            raise ToolError(f"{backend.name} cannot re-attach to a call another node started")
+        return await backend.resume(own_name, handle, progress, caller)
 
     async def aclose(self) -> None:
         """Close every backend (their connections, their processes)."""

@@ -1,4 +1,4 @@
-"""What one node passes to another about a session: server tools' outcomes and progress.
+"""What one node passes to another about a session: what its server tools report.
 
 A server tool that was running when its session moved to another node (a resume there,
 a shutdown here) finishes where it runs; its outcome is posted to the session's inbox in
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.core.event import ToolFinished, ToolProgress
+from gateway.core.event import ToolNews
 
 __all__ = ["Routed", "decode_routed", "encode_routed"]
 
-Routed = ToolFinished | ToolProgress
+Routed = ToolNews
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Routed)

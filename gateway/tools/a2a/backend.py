@@ -10,15 +10,18 @@ result once it completes. Cancelling a call cancels its open task on the agent.
 A2A has no field naming the skill a message is for, so the message's metadata carries it
 as ``skill_id``; an agent that ignores it reads the message alone.
 
-Not done yet (docs/tools.md): answering a task that asks for input, re-attaching to open
-tasks after a node takeover, a sync call turning async on its own.
+A task is kept as its call's handle, so a node that takes the session over follows it
+(``resume``); one that works past ``sync_budget`` turns a sync call async; one that asks for
+input is the call's result (its question and task id), and the model's next call with
+``task_id`` answers into the same task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -32,8 +35,10 @@ from a2a.types.a2a_pb2 import (
     Message,
     Part,
     Role,
+    SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
 )
 from a2a.utils.errors import A2AError
 
@@ -48,6 +53,7 @@ from gateway.tools.entry import (
     expand_env,
     with_options,
 )
+from gateway.tools.python import Progress
 
 __all__ = ["A2ATools"]
 
@@ -90,6 +96,8 @@ class A2ATools(EntryBackend):
         self._client: Client | None = None
         self._streaming = False
         self._retry: asyncio.Task[None] | None = None
+        self._closing = False
+        """``aclose`` was called: the gateway stops, and leaves remote tasks running."""
 
     async def start(self) -> None:
         """Fetch the card and make a tool of each selected skill, within ``connect_timeout``.
@@ -121,81 +129,176 @@ class A2ATools(EntryBackend):
         progress: ReportProgress,
         caller: Caller = NOBODY,  # not sent: the agent file's headers speak for the gateway
     ) -> Any:
-        """Send ``args["message"]`` to the skill and follow the reply; see
-        ``ToolBackend.call``.
+        """Send ``args["message"]`` to the skill (into the task ``args["task_id"]`` names,
+        answering its question) and follow the reply; see ``ToolBackend.call``.
 
-        Cancelling the awaiting task sends ``CancelTask`` for an open task (best effort,
-        within a few seconds), then goes on cancelling.
+        A task is kept as the call's handle (``Progress.keep``); one that still works
+        after ``sync_budget`` turns a sync call async (``Progress.defer``). Cancelling the
+        awaiting task sends ``CancelTask`` for an open task (best effort, within a few
+        seconds), then goes on cancelling.
+
+        Returns:
+            The reply's text, or the completed task's; for a task that asks for input,
+            ``{"status": "input_required", "question", "task_id", "note"}``.
 
         Raises:
-            ToolError: the task failed, was rejected or cancelled, needs authentication or
-                input, the reply is malformed, or the agent cannot be reached.
+            ToolError: the task failed, was rejected or cancelled, needs authentication,
+                the reply is malformed, or the agent cannot be reached.
         """
+        skill, client = self._route(name)
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=uuid.uuid4().hex,
+            parts=[Part(text=str(args.get("message", "")))],
+            metadata={"skill_id": skill},
+        )
+        if task_id := args.get("task_id"):
+            message.task_id = str(task_id)
+        follower = TaskFollower(progress)
+        bound = log.bind(backend=self.name, skill=skill)
+        # An agent that cannot stream answers at once with its task, which is then polled:
+        # a blocking send would hide the task (its handle, its progress) until it ended.
+        request = SendMessageRequest(
+            message=message,
+            configuration=SendMessageConfiguration(return_immediately=not self._streaming),
+        )
+        with self._budget(follower, progress):
+            return await self._follow(
+                client, follower, client.send_message(request), bound, more=not self._streaming
+            )
+
+    async def resume(
+        self,
+        name: str,
+        handle: dict[str, Any],
+        progress: ReportProgress,
+        caller: Caller = NOBODY,
+    ) -> Any:
+        """Follow the task a call started on another gateway node (its handle names it)
+        to its result, as ``call`` would have: where it stands now (``GetTask``), then
+        its events (``SubscribeToTask``, or ``GetTask`` polls for an agent that cannot
+        stream). See ``gateway.tools.base.Resumable``.
+
+        Raises:
+            ToolError: as ``call``; or the handle names no task the agent knows.
+        """
+        skill, client = self._route(name)
+        task_id = handle.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            raise ToolError(f"{self.name}: the call kept no remote task to re-attach to")
+        follower = TaskFollower(progress)
+        bound = log.bind(backend=self.name, skill=skill, task_id=task_id)
+        bound.info("a2a_task_reattached")
+        with self._budget(follower, progress):
+            return await self._follow(
+                client, follower, self._where_it_stands(client, task_id), bound, more=True
+            )
+
+    async def _where_it_stands(self, client: Client, task_id: str) -> AsyncIterator[StreamResponse]:
+        """The task as it is now, then (an open one) its events as they come."""
+        yield StreamResponse(task=await client.get_task(GetTaskRequest(id=task_id)))
+        if not self._streaming:
+            return  # ``_follow`` polls
+        try:
+            async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                yield event
+        except A2AError:
+            # It ended between the two requests (an ended task has no stream): as it is now.
+            yield StreamResponse(task=await client.get_task(GetTaskRequest(id=task_id)))
+
+    def _route(self, name: str) -> tuple[str, Client]:
         skill = self._skills.get(name)
         client = self._client
         if skill is None or client is None:
             raise ToolError(f"{self.name} offers no tool {name!r}")
-        request = SendMessageRequest(
-            message=Message(
-                role=Role.ROLE_USER,
-                message_id=uuid.uuid4().hex,
-                parts=[Part(text=str(args.get("message", "")))],
-                metadata={"skill_id": skill},
-            )
-        )
-        follower = TaskFollower(progress)
-        bound = log.bind(backend=self.name, skill=skill)
+        return skill, client
+
+    @contextlib.contextmanager
+    def _budget(self, follower: TaskFollower, progress: ReportProgress) -> Iterator[None]:
+        """While the call is followed: a task still open ``sync_budget`` seconds from now
+        turns the call async (a no-op for an async call, or outside a session)."""
+        if not isinstance(progress, Progress):
+            yield
+            return
+        loop = asyncio.get_running_loop()
+
+        def past_budget() -> None:
+            if follower.open:
+                progress.defer()
+
+        timer = loop.call_later(self._entry.sync_budget, past_budget)
         try:
-            async for event in client.send_message(request):
-                done, text = self._feed(follower, event, bound)
+            yield
+        finally:
+            timer.cancel()
+
+    async def _follow(
+        self,
+        client: Client,
+        follower: TaskFollower,
+        events: AsyncIterator[StreamResponse],
+        bound: Any,
+        *,
+        more: bool,
+    ) -> Any:
+        """Feed ``events`` to ``follower`` until the call has its result; with ``more``,
+        poll a task still open when they end (``GetTask``). Errors of the agent or the
+        connection become ``ToolError``; a cancellation cancels the remote task."""
+        try:
+            async for event in events:
+                done, result = self._feed(follower, event, bound)
                 if done:
-                    return text
-            if follower.open and not self._streaming:
+                    return result
+            if follower.open and more:
                 return await self._poll(client, follower, bound)
             raise ToolError(
                 "the remote agent's reply ended before its task did"
                 f" (state: {state_name(follower.state)})"
             )
         except asyncio.CancelledError:
-            if follower.open and follower.task_id is not None:
+            # Not when the gateway stops: a node taking the session over follows the task.
+            if follower.open and follower.task_id is not None and not self._closing:
                 await self._cancel_remote(client, follower.task_id, bound)
             raise
         except (A2AError, httpx.HTTPError, ValueError) as exc:
             raise ToolError(f"the remote agent {self._entry.url}: {_cause(exc)}") from exc
 
     async def aclose(self) -> None:
-        """Stop retrying, and close the HTTP client (its pooled connections)."""
+        """Stop retrying, and close the HTTP client (its pooled connections). Calls still
+        followed then leave their remote tasks running."""
+        self._closing = True
         if self._retry is not None:
             self._retry.cancel()
             await asyncio.gather(self._retry, return_exceptions=True)
             self._retry = None
         await self._close_client()
 
-    def _feed(
-        self, follower: TaskFollower, event: StreamResponse, bound: Any
-    ) -> tuple[bool, str | None]:
-        """One event of the reply; logged with the remote task's id once there is one."""
+    def _feed(self, follower: TaskFollower, event: StreamResponse, bound: Any) -> tuple[bool, Any]:
+        """One event of the reply; logged with the remote task's id once there is one,
+        which is kept as the call's handle."""
         seen = follower.task_id
         try:
             return follower.feed(event)
         finally:
             if follower.task_id is not None and follower.task_id != seen:
                 bound.info("a2a_task_started", task_id=follower.task_id)
+                if isinstance(follower.progress, Progress):
+                    follower.progress.keep({"task_id": follower.task_id})
             if follower.task_id is not None:
                 bound.debug(
                     "a2a_task_event", task_id=follower.task_id, state=state_name(follower.state)
                 )
 
-    async def _poll(self, client: Client, follower: TaskFollower, bound: Any) -> str | None:
-        """Follow a task with ``GetTask`` until it ends: for an agent that cannot stream,
-        whose blocking send answered while the task still ran."""
+    async def _poll(self, client: Client, follower: TaskFollower, bound: Any) -> Any:
+        """Follow a task with ``GetTask`` until it ends: for an agent that cannot stream
+        (whose send answered at once), or a stream that ended before its task did."""
         assert follower.task_id is not None
         while True:
             await asyncio.sleep(_POLL_INTERVAL)
             task = await client.get_task(GetTaskRequest(id=follower.task_id))
-            done, text = self._feed(follower, StreamResponse(task=task), bound)
+            done, result = self._feed(follower, StreamResponse(task=task), bound)
             if done:
-                return text
+                return result
 
     async def _cancel_remote(self, client: Client, task_id: str, bound: Any) -> None:
         """Tell the agent to stop the task; its answer (or silence) does not matter."""
@@ -307,7 +410,13 @@ class A2ATools(EntryBackend):
                     "message": {
                         "type": "string",
                         "description": f"What to ask the remote agent {agent!r}, in plain words.",
-                    }
+                    },
+                    "task_id": {
+                        "type": "string",
+                        "description": "Only to answer a question of the agent: the task_id of"
+                        " the result that asked it (status input_required). Leave out"
+                        " otherwise.",
+                    },
                 },
                 "required": ["message"],
                 "additionalProperties": False,

@@ -3,8 +3,9 @@
 One call sends one message; the agent answers with a message (the result at once) or a
 task, followed through its status and artifact updates to a final state. ``TaskFollower``
 reads those events one by one: progress for each status update that says something, the
-artifacts' text when the task completes, a ``ToolError`` with the reason when it does not.
-Nothing here awaits or touches the connection.
+artifacts' text when the task completes, the agent's question when it asks for input
+(``input_required``: the model asks the user and answers into the same task), a
+``ToolError`` with the reason when it fails. Nothing here awaits or touches the connection.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from a2a.types.a2a_pb2 import (
 from gateway.errors import ToolError
 from gateway.tools.base import ReportProgress
 
-__all__ = ["TaskFollower", "message_text", "state_name"]
+__all__ = ["INPUT_REQUIRED", "TaskFollower", "message_text", "state_name"]
 
 _OPEN = frozenset({TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING})
 """States of a task still running: more events follow."""
@@ -37,6 +38,15 @@ _FAILED = {
     TaskState.TASK_STATE_CANCELED: "was cancelled",
     TaskState.TASK_STATE_AUTH_REQUIRED: "needs authentication the gateway cannot give",
 }
+
+
+INPUT_REQUIRED = "input_required"
+"""The ``status`` of a call's result when the remote task waits for the user's answer."""
+
+_ANSWER_HOW = (
+    "The remote agent needs more input before it can go on. Ask the user this question;"
+    " then call this tool again with their answer as the message and this task_id."
+)
 
 
 def state_name(state: TaskState) -> str:
@@ -72,7 +82,7 @@ class TaskFollower:
     """
 
     def __init__(self, progress: ReportProgress) -> None:
-        self._progress = progress
+        self.progress = progress
         self.task_id: str | None = None
         self.state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
         self._artifacts: dict[str, list[str]] = {}
@@ -83,16 +93,16 @@ class TaskFollower:
         """A task was started and has not ended: cancelling the call should cancel it."""
         return self.task_id is not None and self.state in _OPEN | {TaskState.TASK_STATE_UNSPECIFIED}
 
-    def feed(self, event: StreamResponse) -> tuple[bool, str | None]:
+    def feed(self, event: StreamResponse) -> tuple[bool, Any]:
         """Take one event.
 
         Returns:
-            ``(True, text)`` once the call has its result; ``(False, None)`` while more
-            events are to come.
+            ``(True, result)`` once the call has its result (a text, or, for a task asking
+            for input, ``{"status": "input_required", "question", "task_id", "note"}``);
+            ``(False, None)`` while more events are to come.
 
         Raises:
-            ToolError: the task ended without completing, asks for input, or the reply is
-                malformed.
+            ToolError: the task ended without completing, or the reply is malformed.
         """
         kind = event.WhichOneof("payload")
         if kind == "message":
@@ -113,7 +123,7 @@ class TaskFollower:
             raise ToolError("the remote agent sent a task without an id")
         self.task_id = task_id
 
-    def _task(self, task: Task) -> tuple[bool, str | None]:
+    def _task(self, task: Task) -> tuple[bool, Any]:
         """A whole task: the first event of a stream, or the answer of a blocking send."""
         self._started(task.id)
         self._artifacts.clear()  # the task carries them all
@@ -129,20 +139,22 @@ class TaskFollower:
         else:
             self._artifacts[key] = [text]
 
-    def _status(self, status: TaskStatus, *, report: bool = True) -> tuple[bool, str | None]:
+    def _status(self, status: TaskStatus, *, report: bool = True) -> tuple[bool, Any]:
         self.state = status.state
         said = message_text(status.message) if status.HasField("message") else ""
         if status.state in _OPEN or status.state == TaskState.TASK_STATE_UNSPECIFIED:
             if report and said:
-                self._progress({"state": state_name(status.state), "message": said})
+                self.progress({"state": state_name(status.state), "message": said})
             return False, None
         if status.state == TaskState.TASK_STATE_COMPLETED:
             texts = ["".join(chunks) for chunks in self._artifacts.values()]
             return True, "\n".join(t for t in texts if t) or said
         if status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
-            raise ToolError(
-                f"the remote agent asks for input: {said or '(no question given)'}"
-                " (answering a remote agent is not supported yet)"
-            )
+            return True, {
+                "status": INPUT_REQUIRED,
+                "question": said or "(the agent did not say what it needs)",
+                "task_id": self.task_id,
+                "note": _ANSWER_HOW,
+            }
         reason = _FAILED.get(status.state, f"ended in state {state_name(status.state)}")
         raise ToolError(f"the remote task {reason}" + (f": {said}" if said else ""))
