@@ -42,6 +42,18 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     and month, concurrent sessions), checked before every model step; prices per model.
     Without it, usage is still counted (``GET /v1/usage``), nothing is limited and costs
     are unknown."""
+    a2a: Annotated[
+        bool,
+        Meta(description="Serve the agent over A2A too: its agent card and a JSON-RPC endpoint."),
+    ] = False
+    """Also on with ``a2a = true`` in the agent file. The card is at
+    ``/.well-known/agent-card.json``, the endpoint at ``/a2a`` (docs/a2a.md)."""
+    public_url: Annotated[
+        str | None,
+        Meta(description="The gateway's public base URL, for links it hands out (the A2A card)."),
+    ] = None
+    """``https://gateway.example.com``; unset, links are made from each request's own URL
+    (right unless a proxy rewrites the host or the path)."""
     model: Annotated[
         str | None,
         Meta(description="The model, provider:model (openai:gpt-4o-mini), replacing the agent's."),

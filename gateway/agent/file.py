@@ -73,6 +73,10 @@ class Agent:
     notify: Webhook | None = None
     """Where to POST a notice when an event wants the user while no socket is attached
     (docs/mobile.md); ``None``: no notices."""
+    description: str = ""
+    """What the agent does, from the agent file (its A2A card says it)."""
+    a2a: bool = False
+    """Served over A2A too (the file's ``a2a = true``; docs/a2a.md)."""
 
     @property
     def tools(self) -> ToolRegistry:
@@ -204,6 +208,8 @@ def load_agent(
         source=path.resolve(),
         transfers={target.name: file for target, file in transfers},
         notify=notify,
+        description=spec.description.strip(),
+        a2a=spec.a2a,
     )
 
 

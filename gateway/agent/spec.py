@@ -76,6 +76,8 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """An agent TOML file, as written: its name, instructions, model and tools."""
 
     name: str
+    description: str = ""
+    """What the agent does, in a sentence or two: its A2A card says it (docs/a2a.md)."""
     instructions: str = ""
     model: ModelSettings = ModelSettings()
     server_tools: list[ServerToolEntry] = []
@@ -103,3 +105,6 @@ class AgentFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     notify_secret_env: str | None = None
     """The environment variable holding the notices' HMAC secret (required with
     ``notify_url``; the secret itself never goes in the file)."""
+    a2a: bool = False
+    """Serve this agent over A2A as well: its agent card and a JSON-RPC endpoint
+    (docs/a2a.md); ``gateway serve --a2a`` turns it on too."""

@@ -159,6 +159,11 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
         *session_routes(runtime),
         *usage_routes(runtime),
     ]
+    if config.a2a or runtime.agent.a2a:
+        # Here, not at the top: the A2A SDK's server loads only when it serves (docs/a2a.md).
+        from gateway.edge.a2a_server import a2a_routes
+
+        routes += a2a_routes(runtime)
     app = GatewayApp(
         routes=routes,
         middleware=[Middleware(OriginGuard, policy=runtime.origins)],
