@@ -40,8 +40,9 @@ from gateway.config import from_env
 from gateway.core.transcript import UserTurn
 from gateway.edge.a2a_server import BoundedTaskStore
 from gateway.edge.a2a_session import NO_APP
+from gateway.wire.v1 import ResponseDone, ToolStatus
 from tests.data.tools import gate, reset_gates
-from tests.support import Gateway, serving
+from tests.support import Gateway, say, serving, session, streamed_text
 
 KEY = "a2a-caller-key-0123456789abcdef"
 OTHER_KEY = "a2a-other-key-0123456789abcdef"
@@ -579,3 +580,71 @@ async def test_the_sdks_server_loads_only_when_a2a_is_on() -> None:
         async with asyncio.timeout(30):
             out, _ = await process.communicate()
         assert out.decode().split()[-1] == loaded  # after the log lines
+
+
+DELEGATOR_SCENARIO = """
+pace = 0
+
+[[rules]]
+match = '^ask (?P<t>.*)$'
+calls = [{ tool = "talk_to_agent", args = { message = "{t}" } }]
+
+[[results]]
+tool = "talk_to_agent"
+say = "The helper says: {output}"
+
+[[rules]]
+match = '^track (?P<o>[0-9]+)$'
+calls = [{ tool = "lookup_order", args = { message = "order {o}" } }]
+
+[[results]]
+tool = "lookup_order"
+when = "pending"
+say = "The helper is on it."
+
+[[completions]]
+tool = "lookup_order"
+say = "The helper: {output}"
+"""
+
+
+async def test_one_gateway_calls_another_over_a2a(tmp_path: Path) -> None:
+    """The gateway's A2A tools against the gateway's A2A server: the agent as a whole
+    answers inside the turn; an async tool over there keeps its task working, so the call
+    here turns async past its sync budget and completes later."""
+    reset_gates()
+    served_dir, calling_dir = tmp_path / "served", tmp_path / "calling"
+    served_dir.mkdir()
+    calling_dir.mkdir()
+    async with a2a_gateway(served_dir) as served:
+        (calling_dir / "scenario.toml").write_text(DELEGATOR_SCENARIO)
+        agent = calling_dir / "agent.toml"
+        agent.write_text(
+            'name = "delegator"\n[model]\nprovider = "scripted"\nscenario = "scenario.toml"\n'
+            "[[a2a_agents]]\n"
+            'name = "helper"\n'
+            f'url = "{base_url(served)}"\n'
+            f'headers = {{ Authorization = "Bearer {KEY}" }}\n'
+            'skills = ["talk-to-agent", "lookup_order"]\n'
+            "sync_budget = 0.3\n"
+        )
+        async with (
+            serving(agent=str(agent)) as calling,
+            session(calling.url) as (conn, created),
+        ):
+            assert {t.name for t in created.tools} == {"talk_to_agent", "lookup_order"}
+            events = await say(conn, "ask echo hello there")
+            assert streamed_text(events) == "The helper says: hello there"
+
+            events = await say(conn, "track 42")
+            tracked = [e for e in events if isinstance(e, ToolStatus)]
+            assert [s.status for s in tracked if s.status != "progress"] == [
+                "running",
+                "pending",
+            ]
+            assert streamed_text(events) == "The helper is on it."
+            gate("order:42").set()
+            later = await conn.recv_until(lambda e: isinstance(e, ResponseDone))
+            done = [e for e in later if isinstance(e, ToolStatus) and e.status == "completed"]
+            assert [s.result for s in done] == ["looking up 42\n\norder 42 is shipped"]
+            assert streamed_text(later) == ("The helper: looking up 42\n\norder 42 is shipped")
