@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from structlog.testing import capture_logs
 
@@ -162,6 +163,19 @@ async def test_the_cli_lists_and_tests_an_a2a_tool(remote: Remote, tmp_path: Pat
     assert "the disk is full" in json.loads(out.getvalue())["error"]
 
 
+async def test_the_http_console_lists_and_runs_an_a2a_tool(remote: Remote, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, remote.url)
+    async with serving(agent=str(agent)) as gateway:
+        base = gateway.url.replace("ws://", "http://").removesuffix("/v1/realtime")
+        async with httpx.AsyncClient(base_url=base, trust_env=False) as http:
+            listed = {t["name"]: t for t in (await http.get("/v1/tools")).json()["tools"]}
+            ran = await http.post("/v1/tools/quick_echo/test", json={"message": "hi"})
+            failed = await http.post("/v1/tools/failing/test", json={"message": "x"})
+    assert listed["long_report"]["backend"] == "a2a:helper"
+    assert ran.json()["output"] == "echo: hi"
+    assert "the disk is full" in failed.json()["error"]
+
+
 async def test_an_agent_that_cannot_stream_is_polled_for_its_task() -> None:
     """A card without streaming: each call is one ``SendMessage`` that answers at once (with
     the reply, or the task as it starts), and a task is polled with ``GetTask`` until it
@@ -284,3 +298,25 @@ async def test_a_call_is_followed_again_from_its_kept_handle(streaming: bool) ->
                 await resumed.resume("long_report", {}, print)
         finally:
             await resumed.aclose()
+
+
+async def test_an_answer_into_a_task_the_agent_does_not_know_fails_the_call(
+    remote: Remote,
+) -> None:
+    """A model that makes a task id up (or keeps one too long) gets the agent's reason."""
+    backend = A2ATools(A2AAgentEntry(name="helper", url=remote.url))
+    await backend.start()
+    try:
+        with pytest.raises(ToolError, match="Task made-up not found"):
+            await backend.call("book_table", {"message": "4", "task_id": "made-up"}, print)
+        # A task that ended takes no more answers either.
+        asked = await backend.call("book_table", {"message": "tonight"}, print)
+        assert asked["status"] == "input_required"
+        done = await backend.call(
+            "book_table", {"message": "2", "task_id": asked["task_id"]}, print
+        )
+        assert done == "booked for 2"
+        with pytest.raises(ToolError, match="terminal state"):
+            await backend.call("book_table", {"message": "3", "task_id": asked["task_id"]}, print)
+    finally:
+        await backend.aclose()
