@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from gateway.core.event import (
     ResumeTool,
     RunTool,
@@ -21,7 +23,7 @@ from gateway.core.transcript import ToolOutcome
 from gateway.wire.v1 import ResponseCreated, ResponseDone, ToolStatus, UserMessage
 from tests.data.tools import gate, reset_gates
 from tests.support import say, serving, session, streamed_text
-from tests.test_session import Harness, persisted, start_async
+from tests.test_session import LIMITS, Harness, persisted, start_async
 
 __all__ = ["persisted"]  # the fixture runs each test live and persisted
 
@@ -114,6 +116,17 @@ def test_a_settled_call_forgets_its_handle() -> None:
     assert call is not None
     assert call.handle is None  # slimmed once the model had its outcome
     assert h.feed(ToolHandle(call_id=call_id, handle={"task_id": "t2"})) == []
+
+
+def test_a_handle_too_big_to_keep_is_not_kept() -> None:
+    h = Harness(limits=msgspec.structs.replace(LIMITS, max_tool_result_size=1_000))
+    call_id = start_weather(h)
+    saved = len(h.saved)
+    h.feed(ToolHandle(call_id=call_id, handle={"blob": "x" * 1_000}))
+    assert len(h.saved) == saved
+    call = h.session.call(call_id)
+    assert call is not None
+    assert call.handle is None
 
 
 PYTHON_TOOL = '''

@@ -370,9 +370,12 @@ class Dispatcher:
         self._out.send(_status(call))
 
     def tool_handle(self, event: ToolHandle) -> None:
-        """Keep where a running server tool's work can be found again (``Call.handle``)."""
+        """Keep where a running server tool's work can be found again (``Call.handle``);
+        one over ``max_tool_result_size`` is not kept (the state stays bounded)."""
         call = self.ledger.get(event.call_id)
         if call is None or call.settled or call.kind != "server":
+            return
+        if oversize(event.handle, self._max_result_size):
             return
         call.handle = event.handle
         self._out.do(SaveCall(call))
