@@ -861,6 +861,13 @@ class NodeStore:
         # Not a round trip: a subscription, woken when a post lands (at its release).
         return self._inner.listen(node, wake)
 
+    async def put_named(self, name: str, value: bytes, *, ttl: float) -> None:
+        # Not scheduled: no session's ownership depends on named values (A2A's).
+        await self._inner.put_named(name, value, ttl=ttl)
+
+    async def get_named(self, name: str) -> bytes | None:
+        return await self._inner.get_named(name)
+
     async def aclose(self) -> None:
         """The shared store outlives each node's view of it."""
 

@@ -16,26 +16,41 @@ as one turn of the context's gateway session (``gateway.edge.a2a_session``): the
 text is the task's ``answer`` artifact (appended delta by delta when streaming, whole at
 the end otherwise), each step of a server tool a ``WORKING`` status with a short message,
 and the task ends ``COMPLETED``, ``FAILED`` (with the reason), or ``CANCELED``
-(``CancelTask`` cancels the running response). ``GetTask`` and the rest are the SDK's, on
-its in-memory task store, scoped to the principal.
+(``CancelTask`` cancels the running response). ``GetTask`` and the rest are the SDK's,
+on its task store, scoped to the principal: this node's newest tasks in memory
+(``BoundedTaskStore``) and, when the gateway's store is shared (Redis), every task in it
+too (``SharedTaskStore``), so that any node answers ``GetTask`` for a task another ran.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from urllib.parse import quote
 
 import structlog
 from a2a.auth.user import User
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
-from a2a.server.events import EventQueue
+from a2a.server.events import Event, EventQueue
+from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types.a2a_pb2 import Message, Part, Task, TaskState, TaskStatus
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+from a2a.utils.errors import InternalError, TaskNotCancelableError, UnsupportedOperationError
 from prometheus_client import Counter
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -55,9 +70,19 @@ from gateway.edge.a2a_card import (
 )
 from gateway.edge.a2a_session import NO_APP, Conversation, Conversations, Refused
 from gateway.edge.a2a_turn import End, Output, Status, Text
+from gateway.errors import StoreUnavailable
 from gateway.shell.runtime import Runtime
+from gateway.store import Store
 
-__all__ = ["CARD_PATH", "MAX_TASKS", "BoundedTaskStore", "GatewayExecutor", "a2a_routes"]
+__all__ = [
+    "CARD_PATH",
+    "MAX_TASKS",
+    "SHARED_TASK_TTL",
+    "BoundedTaskStore",
+    "GatewayExecutor",
+    "SharedTaskStore",
+    "a2a_routes",
+]
 
 log = structlog.get_logger("gateway.a2a")
 
@@ -66,6 +91,13 @@ _PRINCIPAL = "gateway.principal"
 """The ASGI scope key the authenticated caller goes under, for the SDK's call context."""
 MAX_TASKS = 10_000
 """Tasks this node keeps for ``GetTask`` and ``ListTasks``, the newest (a few KB each)."""
+_ELSEWHERE = (
+    "the task runs on another gateway node (or ran on one that stopped): {what} must"
+    " reach the node running it"
+)
+SHARED_TASK_TTL = 3600.0
+"""Seconds a task stays in a shared store after its last change, for ``GetTask`` on any
+node (this node's own newest stay longer, in its memory)."""
 _ENDED = frozenset(
     {
         TaskState.TASK_STATE_COMPLETED,
@@ -87,15 +119,17 @@ def a2a_routes(runtime: Runtime) -> list[BaseRoute]:
         ["state"],
         registry=runtime.metrics.registry,
     )
+    local = BoundedTaskStore(MAX_TASKS)
+    # One node alone has every task in memory; nodes sharing Redis share their tasks.
+    task_store = SharedTaskStore(local, runtime.store) if runtime.durable else local
     executor = GatewayExecutor(runtime, Conversations(runtime), lambda s: tasks.labels(s).inc())
-    handler = DefaultRequestHandler(
-        agent_executor=executor,
-        task_store=BoundedTaskStore(MAX_TASKS),
+    handler = _Handler(
+        executor,
+        task_store,
         # What the handler reads of it is the capabilities (streaming); the card served
         # is made for each request.
-        agent_card=agent_card(
-            runtime.agent, config.public_url or "http://localhost", auth_required=False
-        ),
+        agent_card(runtime.agent, config.public_url or "http://localhost", auth_required=False),
+        shared=task_store if isinstance(task_store, SharedTaskStore) else None,
     )
     (rpc,) = create_jsonrpc_routes(handler, rpc_url=A2A_PATH, context_builder=_CallerContext())
     assert isinstance(rpc, Route)
@@ -159,6 +193,115 @@ class BoundedTaskStore(InMemoryTaskStore):
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         await super().delete(task_id, context)
         self._saved.pop(task_id, None)
+
+
+class SharedTaskStore(TaskStore):
+    """This node's tasks (``local``) and every node's, in the gateway's shared ``store``.
+
+    Each task is saved in ``local`` as the SDK's store does, and in ``store`` as a named
+    value, ``a2a:task:<owner>:<task_id>`` (the owner scopes it, as the SDK's in-memory
+    store does: another caller finds nothing), the ``Task`` protobuf, for ``ttl`` seconds.
+    Not at every event: a task streamed is saved at each of its chunks, and the shared copy
+    is written when its state changes (submitted, working, and how it ended, with its whole
+    artifact), so another node sees a running task's state but not its answer so far.
+
+    ``get`` asks ``local`` first (what ran here, the freshest), then ``store``. ``list``
+    and ``delete`` are ``local``'s: ``ListTasks`` lists this node's tasks; a task deleted
+    here stays in ``store`` until its TTL runs out. A store that does not answer: a save
+    is logged (the task goes on, known here only), a ``get`` is an internal error.
+    """
+
+    def __init__(self, local: BoundedTaskStore, store: Store, *, ttl: float = SHARED_TASK_TTL):
+        self._local = local
+        self._store = store
+        self._ttl = ttl
+        self._shared_states: OrderedDict[str, TaskState] = OrderedDict()
+        """The state each running task was last written to ``store`` in (ended ones go)."""
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        state = task.status.state
+        if state == TaskState.TASK_STATE_CANCELED and not await self._here(task.id, context):
+            # The SDK's CancelTask of a task that is not running here only writes CANCELED
+            # (for its node to notice, which a gateway node does not): refused instead,
+            # as the task would go on.
+            raise TaskNotCancelableError(message=_ELSEWHERE.format(what="CancelTask"))
+        await self._local.save(task, context)
+        if self._shared_states.get(task.id) == state and state not in _ENDED:
+            return
+        try:
+            await self._store.put_named(
+                _task_name(task.id, context), task.SerializeToString(), ttl=self._ttl
+            )
+        except StoreUnavailable as exc:
+            self._shared_states.pop(task.id, None)  # the next save tries again
+            log.warning("a2a_task_unshared", a2a_task=task.id, error=str(exc))
+            return
+        if state in _ENDED:
+            self._shared_states.pop(task.id, None)
+            return
+        self._shared_states[task.id] = state
+        self._shared_states.move_to_end(task.id)
+        if len(self._shared_states) > MAX_TASKS:  # tasks that never ended (their node died)
+            self._shared_states.popitem(last=False)
+
+    async def _here(self, task_id: str, context: ServerCallContext) -> bool:
+        """Whether the task ran on this node (among its newest)."""
+        return await self._local.get(task_id, context) is not None
+
+    async def running_elsewhere(self, task_id: str, context: ServerCallContext) -> bool:
+        """Whether the task has not ended and is not this node's: another node runs it
+        (or ran it, and stopped before it ended)."""
+        if await self._here(task_id, context):
+            return False
+        task = await self.get(task_id, context)
+        return task is not None and task.status.state not in _ENDED
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        here = await self._local.get(task_id, context)
+        if here is not None:
+            return here
+        try:
+            data = await self._store.get_named(_task_name(task_id, context))
+        except StoreUnavailable as exc:
+            raise InternalError(message=f"the task cannot be read now: {exc}") from exc
+        return None if data is None else Task.FromString(data)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        return await self._local.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._local.delete(task_id, context)
+
+
+class _Handler(DefaultRequestHandler):
+    """The SDK's request handler, refusing ``SubscribeToTask`` of a task another node
+    runs (with ``shared``): this node has none of its events, and the SDK would send the
+    task as stored, then wait for events that never come."""
+
+    def __init__(
+        self,
+        executor: AgentExecutor,
+        tasks: TaskStore,
+        card: AgentCard,
+        *,
+        shared: SharedTaskStore | None,
+    ) -> None:
+        super().__init__(agent_executor=executor, task_store=tasks, agent_card=card)
+        self._shared = shared
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        if self._shared is not None and await self._shared.running_elsewhere(params.id, context):
+            raise UnsupportedOperationError(message=_ELSEWHERE.format(what="SubscribeToTask"))
+        async for event in super().on_subscribe_to_task(params, context):
+            yield event
+
+
+def _task_name(task_id: str, context: ServerCallContext) -> str:
+    """The store's name of a caller's task: the owner quoted, so no ``:`` in it blurs
+    where it ends."""
+    return f"a2a:task:{quote(resolve_user_scope(context), safe='')}:{task_id}"
 
 
 def _bounded(request: Request, max_size: int | None) -> Receive:
@@ -255,7 +398,7 @@ class GatewayExecutor(AgentExecutor):
             tool_choice = self._skill_tool(message)
             if not text.strip():
                 raise Refused("send the message as text: this agent reads text parts only")
-            conversation = self._conversations.get(context_id, principal)
+            conversation = await self._conversations.get(context_id, principal)
             await conversation.begin(task_id, text, tool_choice)
         except Refused as exc:
             log.info("a2a_task_rejected", reason=exc.reason)
@@ -269,6 +412,9 @@ class GatewayExecutor(AgentExecutor):
             end = await _follow(conversation, updater, streaming=streaming)
         finally:
             conversation.finish()
+        # Saved before the caller hears the task ended: its next message may go to any node.
+        await conversation.save()
+        await _tell_end(updater, end)
         log.info(
             "a2a_task_finished",
             state=end.state,
@@ -311,7 +457,8 @@ class GatewayExecutor(AgentExecutor):
 
 
 async def _follow(conversation: Conversation, updater: TaskUpdater, *, streaming: bool) -> End:
-    """Tell the task's caller what the turn says, until it ends; its ``End``."""
+    """Tell the task's caller what the turn says, until it ends (its whole answer too, when
+    not streaming); its ``End``, not told yet (``_tell_end``)."""
     answer: list[str] = []
     sent = False
     while True:
@@ -328,18 +475,22 @@ async def _follow(conversation: Conversation, updater: TaskUpdater, *, streaming
                     answer.append(delta)
                 case Status(text=said):
                     await updater.start_work(_said(updater, said))
-                case End(state=state, reason=reason):
+                case End():
                     if answer:
                         await updater.add_artifact(
                             [Part(text="".join(answer))], artifact_id=_ANSWER, name=_ANSWER
                         )
-                    if state == "completed":
-                        await updater.complete()
-                    elif state == "failed":
-                        await updater.failed(_said(updater, reason))
-                    else:
-                        await updater.cancel(_said(updater, reason))
                     return output
+
+
+async def _tell_end(updater: TaskUpdater, end: End) -> None:
+    """The task's final state, with the reason it did not complete."""
+    if end.state == "completed":
+        await updater.complete()
+    elif end.state == "failed":
+        await updater.failed(_said(updater, end.reason))
+    else:
+        await updater.cancel(_said(updater, end.reason))
 
 
 def _joined(outputs: list[Output]) -> list[Output]:

@@ -10,9 +10,15 @@ context's next message, which attaches a new one (a resume, from the last event 
 The session has no app: a call of a client function the model makes is answered at once
 with an error the model reads, and a call that needs the user's approval is declined.
 
-A context's session lives on the node that opened it (the table is this node's): behind a
-load balancer, route a context to one node. A context whose session has ended (idle past
-``session_ttl``, ended by the agent) starts a new one, without the earlier history.
+A context goes on on whichever node its message lands. Its session is saved in the store
+as a named value, ``a2a:context:<context_id>`` (``ContextRecord``: its principal, the
+session's id and resume token, the last event seen), when the session is opened and when
+each task ends (before the caller is told it ended, so that a next message sent at once
+to another node finds it). A node that does not know the context reads it there and
+resumes the session, taking it over from the node that ran the last task, as a v1 resume
+does. The record is the context's only: another principal naming the context is refused.
+A context whose session has ended (idle past ``session_ttl``, ended by the agent) starts a
+new one, without the earlier history.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from gateway.wire.v1 import (
     decode_server,
 )
 
-__all__ = ["NO_APP", "Conversation", "Conversations", "Refused"]
+__all__ = ["NO_APP", "ContextRecord", "Conversation", "Conversations", "Refused", "context_name"]
 
 log = structlog.get_logger("gateway.a2a")
 
@@ -53,6 +59,30 @@ NO_APP = "runs in the user's app; no app in this A2A conversation"
 """The error a client-function call gets in an A2A session (the model reads it)."""
 _NO_USER = "no user takes part in this A2A conversation to approve it"
 """Why a call that needs the user's approval is declined in an A2A session."""
+_RECORD_MARGIN = 60.0
+"""Seconds a context's record outlives its session's keys (``session_ttl`` plus
+``lease_ttl`` after the last task): a message just after the session expired still finds
+whose the context was, and is told its session ended."""
+
+
+class ContextRecord(msgspec.Struct, frozen=True):
+    """What a node needs to go on with an A2A context another node served."""
+
+    principal: str
+    """Whose context it is (``Principal.name``): only they may send to it."""
+    session_id: str
+    resume_token: str
+    last_seq: int
+    """The newest event of the session the context has seen: a resume replays the rest."""
+
+
+_encode_record = msgspec.msgpack.Encoder().encode
+_decode_record = msgspec.msgpack.Decoder(ContextRecord).decode
+
+
+def context_name(context_id: str) -> str:
+    """The store's name of a context's record (``Store.put_named``)."""
+    return f"a2a:context:{context_id}"
 
 
 class Refused(Exception):
@@ -128,6 +158,8 @@ class Conversation:
         self._outputs: asyncio.Queue[Output] = asyncio.Queue()
         self._settling = False
         self._closed_reason = ""
+        self._created = asyncio.Event()
+        """Set at the new session's ``session.created`` (or its socket's close)."""
 
     @property
     def busy(self) -> bool:
@@ -184,13 +216,46 @@ class Conversation:
 
     def finish(self) -> None:
         """The task is over: let go of the session's socket (the session waits
-        ``session_ttl`` for the context's next message)."""
+        ``session_ttl`` for the context's next message); then ``save``."""
         self.turn = None
         conn, driver = self._conn, self._driver
         self._conn = self._driver = self._socket = None
         if conn is not None and driver is not None:
             driver.detach(conn)
             conn.close(1000)
+
+    async def save(self) -> None:
+        """Save where the context is (its session, the last event seen) in the store, for
+        any node its next message lands on. A store that does not answer is logged, not
+        raised (the task goes on, or has ended, either way): a node that then reads an older
+        record resumes from an earlier event (the session replays what came after)."""
+        if self.session_id is None:
+            return
+        record = ContextRecord(
+            principal=self.principal.name,
+            session_id=self.session_id,
+            resume_token=self._resume_token,
+            last_seq=self._last_seq,
+        )
+        config = self._runtime.config
+        ttl = config.session_ttl + config.lease_ttl + _RECORD_MARGIN
+        try:
+            await self._runtime.store.put_named(
+                context_name(self.context_id), _encode_record(record), ttl=ttl
+            )
+        except StoreUnavailable as exc:
+            log.warning("a2a_context_unsaved", context_id=self.context_id, error=str(exc))
+
+    def carry_on(self, record: ContextRecord) -> None:
+        """Go on from ``record`` (saved by this node or another) if it is further on than
+        what this node saw of the context: its next task resumes that session."""
+        if self.turn is not None:
+            return  # a task runs here: the record is this one's past
+        if record.session_id == self.session_id and record.last_seq <= self._last_seq:
+            return
+        self.session_id = record.session_id
+        self._resume_token = record.resume_token
+        self._last_seq = record.last_seq
 
     # ----------------------------------------------------------------- the session
 
@@ -209,13 +274,20 @@ class Conversation:
                 Status("a new conversation: the earlier session of this context has ended")
             )
             conn = self._connection()
+        self._created = asyncio.Event()
         driver = await open_session(self._runtime, conn, self.principal, SessionStart())
         if driver is None:
             await conn.done.wait()  # refused: the close, with its reason, is under way
             raise Refused(self._closed_reason or "the gateway could not open a session")
         self._driver, self._conn = driver, conn
         self._watch(driver)
+        # session.created carries the resume token; it is sent once the session's first
+        # commit is durable (on Redis, after this): saved with it, any node finds the session.
+        await self._created.wait()
+        if self.session_id is None:
+            raise Refused(self._closed_reason or "the conversation's session closed")
         log.info("a2a_context_opened", context_id=self.context_id, session_id=driver.session_id)
+        await self.save()
 
     def _connection(self) -> Connection:
         """A new in-process socket, with the gateway's outbound bounds. Written at once,
@@ -271,6 +343,7 @@ class Conversation:
             match msg:
                 case SessionCreated(session_id=session_id, resume_token=token):
                     self.session_id, self._resume_token = session_id, token
+                    self._created.set()
                 case ToolCalls(calls=calls):
                     self._send(
                         ToolResults(
@@ -312,6 +385,7 @@ class Conversation:
             return
         self._closed_reason = reason or f"the conversation's session closed ({code})"
         self._conn = self._driver = None
+        self._created.set()  # no session.created to wait for any more
         if self.turn is not None:
             self.turn.gone(self._closed_reason)
             self._flush()
@@ -340,7 +414,8 @@ class _EndWatcher:
 
 
 class Conversations:
-    """This node's A2A contexts, by ``context_id``; each forgotten when its session ends."""
+    """This node's A2A contexts, by ``context_id``, each forgotten when its session ends;
+    the others found through the store (``ContextRecord``)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -349,20 +424,32 @@ class Conversations:
     def __len__(self) -> int:
         return len(self._by_context)
 
-    def get(self, context_id: str, principal: Principal) -> Conversation:
-        """The context's conversation, a new one for a context not seen (or ended).
+    async def get(self, context_id: str, principal: Principal) -> Conversation:
+        """The context's conversation: this node's, or one going on from where the store
+        says the context is (its last task ran on another node, or this node forgot it);
+        a new one for a context never seen.
 
         Raises:
             Refused: the context is another principal's (said as not found: whose it is
-                is not told).
+                is not told), or the store does not answer.
         """
-        found = self._by_context.get(context_id)
+        try:
+            data = await self._runtime.store.get_named(context_name(context_id))
+        except StoreUnavailable as exc:
+            raise Refused(f"the conversation cannot be reached now: {exc}") from exc
+        record = None if data is None else _decode_record(data)
+        found = self._by_context.get(context_id)  # read after the await: no one else's
+        theirs = (found is not None and found.principal.name != principal.name) or (
+            record is not None and record.principal != principal.name
+        )
+        if theirs:
+            raise Refused(f"no conversation {context_id!r} of this caller")
         if found is None:
             found = self._by_context[context_id] = Conversation(
                 self._runtime, context_id, principal, self._forget
             )
-        elif found.principal.name != principal.name:
-            raise Refused(f"no conversation {context_id!r} of this caller")
+        if record is not None:
+            found.carry_on(record)
         return found
 
     def running(self, context_id: str, task_id: str) -> Conversation | None:

@@ -12,6 +12,10 @@ Ownership: a node drives a session under a ``Lease`` (``acquire``, then ``renew`
 every fraction of its TTL). Each acquire gives a higher fencing token; ``commit`` under
 any older lease raises ``LeaseLost`` and writes nothing, so a node that was taken over
 (or paused past its lease) cannot clobber the new owner's state.
+
+Besides sessions, named values (``put_named``, ``get_named``): small blobs with a TTL that
+every node reads, for what an edge must find on whichever node a request lands (an A2A
+context's session, an A2A task). Last write wins; nothing else is promised.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Store(Protocol):
-    """Session records, state, event logs, call ledgers, inboxes and leases."""
+    """Session records, state, event logs, call ledgers, inboxes and leases; named values."""
 
     async def create_session(self, record: SessionRecord) -> None: ...
 
@@ -173,6 +177,21 @@ class Store(Protocol):
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         """While entered, call ``wake(session_id)`` when something is posted for a session
         whose lease ``node`` holds. A wake says "call ``read_posts``"; it carries nothing."""
+
+    async def put_named(self, name: str, value: bytes, *, ttl: float) -> None:
+        """Keep ``value`` under ``name`` for ``ttl`` seconds, replacing what was there (and
+        its TTL). Callers scope their names (``a2a:context:...``): they share one space.
+
+        Raises:
+            StoreUnavailable: the store does not answer.
+        """
+
+    async def get_named(self, name: str) -> bytes | None:
+        """The value last put under ``name``, or None if none was, or its TTL ran out.
+
+        Raises:
+            StoreUnavailable: the store does not answer.
+        """
 
     async def aclose(self) -> None:
         """Let go of connections; the store is not used afterwards."""

@@ -6,6 +6,7 @@ driver cannot tell them apart; sessions end with their process.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -130,6 +131,11 @@ class MemoryStore:
         it stays a lower bound."""
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
+        self._named: dict[str, tuple[bytes, float]] = {}
+        """name -> (value, monotonic time it goes)."""
+        self._named_expiry: list[tuple[float, str]] = []
+        """A heap of (time it goes, name), soonest first, one entry per put: an entry whose
+        time is no longer its name's (put again since) is stale and skipped."""
 
     async def create_session(self, record: SessionRecord) -> None:
         self._sessions[record.session_id] = _Session(record)
@@ -309,6 +315,17 @@ class MemoryStore:
             if not self._listeners[node]:
                 del self._listeners[node]
 
+    async def put_named(self, name: str, value: bytes, *, ttl: float) -> None:
+        self._expire_named()
+        deadline = time.monotonic() + ttl
+        self._named[name] = (value, deadline)
+        heapq.heappush(self._named_expiry, (deadline, name))
+
+    async def get_named(self, name: str) -> bytes | None:
+        self._expire_named()
+        found = self._named.get(name)
+        return None if found is None else found[0]
+
     async def aclose(self) -> None:
         """Nothing to let go of."""
 
@@ -366,6 +383,16 @@ class MemoryStore:
             self._forget(session_id)
             if existed:
                 self._ended[session_id] = None
+
+    def _expire_named(self) -> None:
+        """Drop the named values whose TTL ran out (lazily, as Redis keys expire)."""
+        now = time.monotonic()
+        heap = self._named_expiry
+        while heap and heap[0][0] <= now:
+            deadline, name = heapq.heappop(heap)
+            found = self._named.get(name)
+            if found is not None and found[1] == deadline:
+                del self._named[name]
 
     def _forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

@@ -29,6 +29,9 @@ known      string       "this session existed": ``ended`` is known and no record
                         session from an unknown one
 =========  ===========  ================================================================
 
+Named values (``put_named``) are plain strings outside any session,
+``gw:named:<name>``, SET with PX (their own TTL).
+
 Expiry. Every write (create, commit, append, save, acquire, renew) sets the TTL of all
 the session's keys to ``session_ttl + lease_ttl``: a session whose node died and that no
 one resumes disappears by itself, and ``ended`` then says it existed. The owning node
@@ -352,6 +355,13 @@ class RedisStore:
     def listen(self, node: str, wake: Callable[[str], None]) -> AbstractAsyncContextManager[None]:
         return self._listen(node, wake)
 
+    async def put_named(self, name: str, value: bytes, *, ttl: float) -> None:
+        with self._guard():
+            await self._redis.set(self._named_key(name), value, px=_ms(ttl))
+
+    async def get_named(self, name: str) -> bytes | None:
+        return await self._get(self._named_key(name))
+
     async def aclose(self) -> None:
         await self._redis.aclose()
 
@@ -391,6 +401,9 @@ class RedisStore:
 
     def _keys(self, session_id: str) -> list[str]:
         return [self._key(session_id, name) for name in KEYS]
+
+    def _named_key(self, name: str) -> str:
+        return f"{self._prefix}named:{name}"
 
     def _channel(self, node: str) -> str:
         return f"{self._prefix}node:{node}"
