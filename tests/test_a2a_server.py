@@ -5,6 +5,7 @@ keys, a context's history, an async tool, client functions, ``CancelTask``, bad 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sys
 import textwrap
@@ -499,7 +500,9 @@ async def test_the_documented_client_runs_as_shown() -> None:
     assert out.decode() == found["out"]
 
 
-async def test_bad_requests_get_json_rpc_errors(tmp_path: Path) -> None:
+async def test_bad_requests_get_json_rpc_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with (
         a2a_gateway(tmp_path, max_body_size=4096) as gw,
         httpx.AsyncClient(
@@ -525,6 +528,18 @@ async def test_bad_requests_get_json_rpc_errors(tmp_path: Path) -> None:
         oversized = await rpc(b'{"jsonrpc": "2.0", "id": 3, "x": "' + b"a" * 10_000 + b'"}')
         assert oversized["code"] == -32600
         assert "too large" in oversized["message"]
+        # Costly or broken bodies are parse errors, checked before the SDK reads them.
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            assert (await rpc(b"[" * 4000))["code"] == -32700  # past msgspec's depth bound
+            not_utf8 = b'{"jsonrpc": "2.0", "id": 4, "method": "' + b"\xff\xfe" + b'"}'
+            assert (await rpc(not_utf8))["code"] == -32700
+            assert (await rpc(bad_params))["code"] == -32602
+            assert (await rpc(unknown))["code"] == -32601
+        # A caller's fault is no failure of the gateway's: not logged as one, no traceback.
+        sdk = [r for r in caplog.records if r.name.startswith("a2a.")]
+        assert sdk  # the SDK did log the faults it saw
+        assert all(r.levelno == logging.INFO and r.exc_info is None for r in sdk)
 
 
 async def test_without_a2a_there_is_no_card(tmp_path: Path) -> None:

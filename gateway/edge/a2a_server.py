@@ -8,8 +8,9 @@ the agent file), so that the SDK's server modules load only then:
   (``Authorization: Bearer <API key>``, or a client token) when its auth is on: else HTTP
   401. The call runs for that credential's principal: its sessions count against its
   quotas, their model steps against its usage limits, as a WebSocket session's do. The
-  request body is bounded by ``max_body_size``; a larger one gets the SDK's JSON-RPC
-  error (``Payload too large``), as a malformed one does.
+  request body is bounded by ``max_body_size`` (a larger one gets the JSON-RPC error
+  ``Payload too large``), and checked to be JSON (UTF-8, bounded nesting: else ``-32700``)
+  before the SDK reads it. The SDK's log records of a caller's bad request are info.
 
 ``SendMessage`` and ``SendStreamingMessage`` are one task each, run by ``GatewayExecutor``
 as one turn of the context's gateway session (``gateway.edge.a2a_session``): the answer's
@@ -24,11 +25,13 @@ too (``SharedTaskStore``), so that any node answers ``GetTask`` for a task anoth
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from urllib.parse import quote
 
+import msgspec
 import structlog
 from a2a.auth.user import User
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -52,7 +55,6 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InternalError, TaskNotCancelableError, UnsupportedOperationError
 from prometheus_client import Counter
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -70,6 +72,7 @@ from gateway.edge.a2a_card import (
 )
 from gateway.edge.a2a_session import NO_APP, Conversation, Conversations, Refused
 from gateway.edge.a2a_turn import End, Output, Status, Text
+from gateway.edge.body import BodyTooLarge, read_body
 from gateway.errors import StoreUnavailable
 from gateway.shell.runtime import Runtime
 from gateway.store import Store
@@ -106,6 +109,11 @@ _ENDED = frozenset(
         TaskState.TASK_STATE_REJECTED,
     }
 )
+_PARSE_ERROR = -32700
+_INVALID_REQUEST = -32600
+_INTERNAL_ERROR = -32603
+"""JSON-RPC's error codes the endpoint gives itself, or tells apart in the SDK's logs."""
+_SDK_LOGGER = "a2a.server.routes.jsonrpc_dispatcher"
 _ANSWER = "answer"
 """The artifact id of a task's answer (ids need only be unique within their task)."""
 
@@ -113,6 +121,9 @@ _ANSWER = "answer"
 def a2a_routes(runtime: Runtime) -> list[BaseRoute]:
     """The agent card and the JSON-RPC endpoint, for ``create_app``."""
     config = runtime.config
+    sdk_log = logging.getLogger(_SDK_LOGGER)
+    if _CLIENT_FAULTS not in sdk_log.filters:
+        sdk_log.addFilter(_CLIENT_FAULTS)
     tasks = Counter(
         "gateway_a2a_tasks",
         "A2A tasks ended, by final state.",
@@ -157,8 +168,19 @@ def a2a_routes(runtime: Runtime) -> list[BaseRoute]:
                 headers={"www-authenticate": "Bearer"},
             )
         request.scope[_PRINCIPAL] = principal
-        receive = _bounded(request, config.max_body_size)
-        return await endpoint(Request(request.scope, receive))
+        try:
+            body = await read_body(request, config.max_body_size)
+        except BodyTooLarge as exc:  # the rest is not read: the connection closes
+            return _rpc_error(_INVALID_REQUEST, f"Payload too large: {exc}", close=True)
+        try:
+            # Checked here, as the WebSocket's frames are: UTF-8 and nesting (the SDK's
+            # json.loads would answer them as internal errors, each logged with a traceback).
+            msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            return _rpc_error(_PARSE_ERROR, f"Parse error: {exc}")
+        except RecursionError:
+            return _rpc_error(_PARSE_ERROR, "Parse error: nested too deep")
+        return await endpoint(Request(request.scope, _replay(body)))
 
     return [
         Route(CARD_PATH, card, methods=["GET"]),
@@ -304,28 +326,48 @@ def _task_name(task_id: str, context: ServerCallContext) -> str:
     return f"a2a:task:{quote(resolve_user_scope(context), safe='')}:{task_id}"
 
 
-def _bounded(request: Request, max_size: int | None) -> Receive:
-    """The request's ``receive``, raising HTTP 413 once the body passes ``max_size``
-    (at once for a declared ``Content-Length`` over it): the SDK answers that with its
-    JSON-RPC error, ``Payload too large``."""
-    receive = request.receive
-    if max_size is None:
-        return receive
-    declared = request.headers.get("content-length", "")
-    size = int(declared) if declared.isdigit() else 0
+def _replay(body: bytes) -> Receive:
+    """A ``receive`` giving ``body`` (read already) whole, for the SDK's endpoint."""
+    sent = False
 
-    async def bounded() -> AsgiMessage:
-        nonlocal size
-        if size > max_size:
-            raise HTTPException(413)
-        message = await receive()
-        if message["type"] == "http.request" and not declared:
-            size += len(message.get("body", b""))
-            if size > max_size:
-                raise HTTPException(413)
-        return message
+    async def receive() -> AsgiMessage:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
 
-    return bounded
+    return receive
+
+
+def _rpc_error(code: int, message: str, *, close: bool = False) -> JSONResponse:
+    """A JSON-RPC error for a request the SDK never saw (its id unknown: ``null``)."""
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}},
+        headers={"connection": "close"} if close else None,
+    )
+
+
+class _ClientFaults(logging.Filter):
+    """The SDK logs a caller's bad request (bad params, an unknown method) at warning or
+    error level, with a traceback: a peer could fill the logs with them. Those are info
+    here, without the traceback; an internal error (``-32603``) stays an error."""
+
+    _FAULTS = ("Failed to parse request params", "Failed to validate base JSON-RPC request")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith("Request Error"):
+            args = record.args if isinstance(record.args, tuple) else ()
+            fault = len(args) > 1 and args[1] != _INTERNAL_ERROR
+        else:
+            fault = message.startswith(self._FAULTS)
+        if fault:
+            record.levelno, record.levelname, record.exc_info = logging.INFO, "INFO", None
+        return True
+
+
+_CLIENT_FAULTS = _ClientFaults()
 
 
 class _Caller(User):
