@@ -15,12 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.types.a2a_pb2 import Artifact, Part, StreamResponse, TaskArtifactUpdateEvent
 from structlog.testing import capture_logs
 
 from gateway.__main__ import _parser
 from gateway.agent.cli import run_tools_command
 from gateway.errors import ConfigError, ToolError
 from gateway.tools.a2a.backend import A2ATools
+from gateway.tools.a2a.reply import MAX_RESULT_CHARS, TaskFollower
 from gateway.tools.entry import A2AAgentEntry
 from gateway.tools.python import Progress
 from gateway.wire.v1 import ResponseCancel, ResponseCreated, ResponseDone, ToolStatus, UserMessage
@@ -320,3 +322,26 @@ async def test_an_answer_into_a_task_the_agent_does_not_know_fails_the_call(
             await backend.call("book_table", {"message": "3", "task_id": asked["task_id"]}, print)
     finally:
         await backend.aclose()
+
+
+def test_an_answer_past_the_bound_fails_the_call_before_it_fills_memory() -> None:
+    """``TaskFollower`` alone (no network): artifact chunks past ``MAX_RESULT_CHARS`` fail
+    the call; a chunk that replaces an artifact counts instead of the old text."""
+    follower = TaskFollower(print)
+    chunk = "x" * 2**20
+
+    def update(text: str, *, append: bool) -> StreamResponse:
+        return StreamResponse(
+            artifact_update=TaskArtifactUpdateEvent(
+                task_id="t",
+                artifact=Artifact(artifact_id="a", parts=[Part(text=text)]),
+                append=append,
+            )
+        )
+
+    for _ in range(20):  # replaced each time: never more than one chunk kept
+        assert follower.feed(update(chunk, append=False)) == (False, None)
+    for _ in range(MAX_RESULT_CHARS // len(chunk) - 1):  # with the one kept: at the bound
+        assert follower.feed(update(chunk, append=True)) == (False, None)
+    with pytest.raises(ToolError, match="over 8 Mi characters"):
+        follower.feed(update(chunk, append=True))

@@ -27,7 +27,7 @@ from a2a.types.a2a_pb2 import (
 from gateway.errors import ToolError
 from gateway.tools.base import ReportProgress
 
-__all__ = ["INPUT_REQUIRED", "TaskFollower", "message_text", "state_name"]
+__all__ = ["INPUT_REQUIRED", "MAX_RESULT_CHARS", "TaskFollower", "message_text", "state_name"]
 
 _OPEN = frozenset({TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING})
 """States of a task still running: more events follow."""
@@ -39,6 +39,11 @@ _FAILED = {
     TaskState.TASK_STATE_AUTH_REQUIRED: "needs authentication the gateway cannot give",
 }
 
+
+MAX_RESULT_CHARS = 8 * 2**20
+"""Characters of a task's artifacts kept for its result (as an OpenAPI tool's answer is
+bounded): an agent that streams more fails the call instead of filling the gateway's
+memory. The result must still fit ``max_tool_result_size`` to reach the model."""
 
 INPUT_REQUIRED = "input_required"
 """The ``status`` of a call's result when the remote task waits for the user's answer."""
@@ -86,6 +91,8 @@ class TaskFollower:
         self.task_id: str | None = None
         self.state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
         self._artifacts: dict[str, list[str]] = {}
+        self._chars = 0
+        """Characters of the artifacts kept: bounded by ``MAX_RESULT_CHARS``."""
         """Text of each artifact, by id, in the order they came (chunks appended)."""
 
     @property
@@ -127,6 +134,7 @@ class TaskFollower:
         """A whole task: the first event of a stream, or the answer of a blocking send."""
         self._started(task.id)
         self._artifacts.clear()  # the task carries them all
+        self._chars = 0
         for artifact in task.artifacts:
             self._artifact(artifact, append=False)
         return self._status(task.status, report=False)
@@ -134,6 +142,13 @@ class TaskFollower:
     def _artifact(self, artifact: Artifact, *, append: bool) -> None:
         text = _parts_text(artifact.parts)
         key = artifact.artifact_id or str(len(self._artifacts))
+        if not append or key not in self._artifacts:
+            self._chars -= sum(map(len, self._artifacts.get(key, ())))
+        self._chars += len(text)
+        if self._chars > MAX_RESULT_CHARS:
+            raise ToolError(
+                f"the remote agent's answer is over {MAX_RESULT_CHARS // 2**20} Mi characters"
+            )
         if append and key in self._artifacts:
             self._artifacts[key].append(text)
         else:
