@@ -206,6 +206,10 @@ match = '^for (?P<n>[0-9]+)$'
 tool = "book_table"
 args = { message = "{n}", task_id = "{last.book_table.output.task_id}" }
 
+[[rules]]
+match = '^(?P<n>[0-9]+) of us$'
+calls = [{ tool = "book_table", args = { message = "{n}" } }]
+
 [[results]]
 tool = "book_table"
 when = "output.question"

@@ -239,6 +239,16 @@ async def test_a_question_of_the_remote_agent_round_trips_through_the_user(
         assert answered.result == "booked for 4"
         assert streamed_text(events) == "Done: booked for 4."
 
+        # A model that leaves the task's id out still answers the question it relayed:
+        # the session's next call of the tool goes into the task that asked.
+        events = await say(conn, "book a table")
+        assert streamed_text(events) == "For how many?"
+        events = await say(conn, "3 of us")
+        assert streamed_text(events) == "Done: booked for 3."
+        # Answered, it is forgotten: the next call starts a task of its own.
+        events = await say(conn, "book a table")
+        assert streamed_text(events) == "For how many?"
+
 
 @pytest.mark.parametrize("how", ["response.cancel", "deadline"])
 async def test_cancelling_a_call_in_a_conversation_cancels_the_remote_task(

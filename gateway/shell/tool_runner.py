@@ -99,7 +99,7 @@ class ToolRunner:
         other = self._agents.get(effect.agent)
         toolbox = self._toolbox if other is None else other.toolbox
         session = self._driver.session
-        caller = Caller.of(session.principal, session.time_zone)
+        caller = Caller.of(session.principal, session.time_zone, session.session_id)
         try:
             if isinstance(effect, ResumeTool):
                 output = await toolbox.resume(effect.tool, effect.handle, progress, caller)

@@ -53,15 +53,20 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     """The user's other claims, as the backend that minted the token stated them."""
     time_zone: str | None = None
     """The user's time zone, when their app sent one (``session.start``)."""
+    session_id: str | None = None
+    """The session the call runs in; ``None`` outside one (``gateway tools test``)."""
 
     @classmethod
-    def of(cls, principal: Principal, time_zone: str | None = None) -> Caller:
+    def of(
+        cls, principal: Principal, time_zone: str | None = None, session_id: str | None = None
+    ) -> Caller:
         return cls(
             principal=principal.name,
             user_id=principal.user_id,
             scopes=principal.scopes,
             claims=principal.claims,
             time_zone=time_zone,
+            session_id=session_id,
         )
 
 

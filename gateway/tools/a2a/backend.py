@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -44,7 +45,7 @@ from a2a.utils.errors import A2AError
 
 from gateway.core.tool import ToolDef, check_tool, default_display_name
 from gateway.errors import ConfigError, ToolError
-from gateway.tools.a2a.reply import TaskFollower, state_name
+from gateway.tools.a2a.reply import INPUT_REQUIRED, TaskFollower, state_name
 from gateway.tools.base import NOBODY, BackendKind, Caller, ReportProgress, tool_name
 from gateway.tools.entry import (
     A2AAgentEntry,
@@ -64,6 +65,8 @@ _CANCEL_TIMEOUT = 3.0
 """Seconds a cancelled call gives the agent to take ``CancelTask``: best effort."""
 _POLL_INTERVAL = 1.0
 """Seconds between ``GetTask`` polls of an agent that cannot stream."""
+_MAX_ASKING = 10_000
+"""Questions remembered for their answers (``A2ATools._asking``), the newest."""
 _FIRST_RETRY_DELAY = 1.0
 _MAX_RETRY_DELAY = 30.0
 
@@ -97,6 +100,9 @@ class A2ATools(EntryBackend):
         self._streaming = False
         self._retry: asyncio.Task[None] | None = None
         self._closing = False
+        self._asking: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """The task waiting for the user's answer, by session and tool (newest last): the
+        session's next call of that tool answers it, even without its ``task_id``."""
         """``aclose`` was called: the gateway stops, and leaves remote tasks running."""
 
     async def start(self) -> None:
@@ -129,8 +135,10 @@ class A2ATools(EntryBackend):
         progress: ReportProgress,
         caller: Caller = NOBODY,  # not sent: the agent file's headers speak for the gateway
     ) -> Any:
-        """Send ``args["message"]`` to the skill (into the task ``args["task_id"]`` names,
-        answering its question) and follow the reply; see ``ToolBackend.call``.
+        """Send ``args["message"]`` to the skill and follow the reply; see
+        ``ToolBackend.call``. The message answers a task's question, into that task: the
+        one ``args["task_id"]`` names, else the one that asked this session's last call of
+        the tool (a model that leaves the id out still answers the question it relayed).
 
         A task is kept as the call's handle (``Progress.keep``); one that still works
         after ``sync_budget`` turns a sync call async (``Progress.defer``). Cancelling the
@@ -152,7 +160,8 @@ class A2ATools(EntryBackend):
             parts=[Part(text=str(args.get("message", "")))],
             metadata={"skill_id": skill},
         )
-        if task_id := args.get("task_id"):
+        asking = self._asking.pop((caller.session_id, name), None) if caller.session_id else None
+        if task_id := args.get("task_id") or asking:
             message.task_id = str(task_id)
         follower = TaskFollower(progress)
         bound = log.bind(backend=self.name, skill=skill)
@@ -163,9 +172,10 @@ class A2ATools(EntryBackend):
             configuration=SendMessageConfiguration(return_immediately=not self._streaming),
         )
         with self._budget(follower, progress):
-            return await self._follow(
+            result = await self._follow(
                 client, follower, client.send_message(request), bound, more=not self._streaming
             )
+        return self._remember_question(caller, name, result)
 
     async def resume(
         self,
@@ -190,9 +200,19 @@ class A2ATools(EntryBackend):
         bound = log.bind(backend=self.name, skill=skill, task_id=task_id)
         bound.info("a2a_task_reattached")
         with self._budget(follower, progress):
-            return await self._follow(
+            result = await self._follow(
                 client, follower, self._where_it_stands(client, task_id), bound, more=True
             )
+        return self._remember_question(caller, name, result)
+
+    def _remember_question(self, caller: Caller, name: str, result: Any) -> Any:
+        """``result``; a task's question is remembered for the session's next call of the
+        tool, which answers it (the newest ``_MAX_ASKING`` are kept)."""
+        if _asks(result) and caller.session_id is not None:
+            self._asking[(caller.session_id, name)] = str(result["task_id"])
+            while len(self._asking) > _MAX_ASKING:
+                self._asking.popitem(last=False)
+        return result
 
     async def _where_it_stands(self, client: Client, task_id: str) -> AsyncIterator[StreamResponse]:
         """The task as it is now, then (an open one) its events as they come."""
@@ -443,6 +463,11 @@ class A2ATools(EntryBackend):
             for listener in self._listeners:
                 listener()
             return
+
+
+def _asks(result: Any) -> bool:
+    """Whether a call's result is a remote task's question (``input_required``)."""
+    return isinstance(result, dict) and result.get("status") == INPUT_REQUIRED
 
 
 def _cause(exc: BaseException) -> str:

@@ -50,7 +50,7 @@ INPUT_REQUIRED = "input_required"
 
 _ANSWER_HOW = (
     "The remote agent needs more input before it can go on. Ask the user this question;"
-    " then call this tool again with their answer as the message and this task_id."
+    " then call this tool again with their answer as the message (and this task_id)."
 )
 
 
