@@ -3,7 +3,9 @@
 A tool's progress and outcome go to the session's loop while the session is driven here.
 Once it moved to another node (lease lost, or handed over at shutdown), they are posted to
 the session's inbox in the store, for the node that owns it now; and the tools still running
-here are cancelled at their calls' deadlines, which no core here watches any more.
+here are cancelled at their calls' deadlines, which no core here watches any more. A tool
+whose work lives elsewhere (a remote agent's task) keeps a handle to it with its call; a node
+that adopts the session follows that work again (``ResumeTool``) instead of losing the call.
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ class ToolRunner:
             self.report(ToolFinished(call_id=call_id, output=output))
 
     def report(self, event: ToolNews) -> None:
-        """A server tool's outcome or progress: for this driver, or, once the session
-        moved to another node, posted to its inbox there."""
+        """A server tool's news (outcome, progress, deferral, handle): for this driver,
+        or, once the session moved to another node, posted to its inbox there."""
         if not self._driver.moved:
             self._driver.feed(event)
             return
