@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import textwrap
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.helpers import new_task_from_user_message, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -27,12 +30,16 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    Message,
     Part,
+    Role,
+    SendMessageRequest,
     SubscribeToTaskRequest,
+    Task,
 )
 from starlette.applications import Starlette
 
-__all__ = ["SCENARIO", "Remote", "a2a_agent", "write_agent"]
+__all__ = ["SCENARIO", "Remote", "a2a_agent", "card_client", "message", "task_text", "write_agent"]
 
 
 @dataclass
@@ -255,3 +262,37 @@ def write_agent(
         + extra
     )
     return agent
+
+
+# ------------------------------------------------- the official client, against a gateway
+
+
+@asynccontextmanager
+async def card_client(
+    base_url: str, key: str | None, *, streaming: bool, http_timeout: float = 30.0
+) -> AsyncIterator[Client]:
+    """The SDK's client of the agent served at ``base_url``, made from the card it serves
+    (read without a key); its calls carry ``key`` as the bearer credential."""
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    async with httpx.AsyncClient(headers=headers, timeout=http_timeout, trust_env=False) as http:
+        card = await A2ACardResolver(http, base_url).get_agent_card()
+        yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+
+
+def message(text: str, *, context_id: str = "", skill: str | None = None) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(
+            role=Role.ROLE_USER,
+            message_id=uuid.uuid4().hex,
+            context_id=context_id,
+            parts=[Part(text=text)],
+            # A2A has no field for the skill: the metadata carries it, as the gateway's own
+            # A2A tools send it.
+            metadata={"skill_id": skill} if skill is not None else None,
+        )
+    )
+
+
+def task_text(task: Task) -> str:
+    """The text of a task's artifacts, joined."""
+    return "".join(p.text for a in task.artifacts for p in a.parts)

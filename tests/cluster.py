@@ -21,6 +21,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -242,10 +243,11 @@ class Cluster:
 
 @asynccontextmanager
 async def running_cluster(
-    directory: Path, store_url: str, *, args: Sequence[str] = ()
+    directory: Path, store_url: str, **options: Any
 ) -> AsyncIterator[Cluster]:
-    """Three nodes (``Cluster``) started and ready; SIGKILLed on the way out."""
-    nodes = Cluster(directory, store_url, args=args)
+    """The nodes of a ``Cluster`` (three unless ``options`` say otherwise: its keyword
+    arguments) started and ready; SIGKILLed on the way out."""
+    nodes = Cluster(directory, store_url, **options)
     try:
         await nodes.start()
         yield nodes

@@ -18,16 +18,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import Client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
@@ -39,7 +34,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from tests.cluster import Cluster, Node
+from tests.a2a_support import card_client, message, task_text
+from tests.cluster import Cluster, Node, running_cluster
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # two processes and redis-server: seconds to start
@@ -98,12 +94,9 @@ async def cluster(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Cluster]:
     agent.write_text(textwrap.dedent(AGENT))
     keys = tmp_path / "keys.txt"
     keys.write_text(f"caller:{KEY}\nother:{OTHER_KEY}\n")
-    nodes = Cluster(tmp_path, redis.url, count=2, agent=agent, auth=["--api-keys-file", str(keys)])
-    try:
-        await nodes.start()
+    auth = ["--api-keys-file", str(keys)]
+    async with running_cluster(tmp_path, redis.url, count=2, agent=agent, auth=auth) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 @asynccontextmanager
@@ -111,33 +104,16 @@ async def a2a_client(
     node: Node, key: str = KEY, *, streaming: bool = False
 ) -> AsyncIterator[Client]:
     """The SDK's client of one node, made from the card that node serves."""
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(headers=headers, timeout=WAIT, trust_env=False) as http:
-        card = await A2ACardResolver(http, node.url).get_agent_card()
-        yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
-
-
-def message(text: str, context_id: str = "") -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=uuid.uuid4().hex,
-            context_id=context_id,
-            parts=[Part(text=text)],
-        )
-    )
+    async with card_client(node.url, key, streaming=streaming, http_timeout=WAIT) as client:
+        yield client
 
 
 async def send(client: Client, text: str, context_id: str = "") -> Task:
     """A blocking send: the task, once it ended."""
     async with asyncio.timeout(WAIT):
-        (event,) = [e async for e in client.send_message(message(text, context_id))]
+        (event,) = [e async for e in client.send_message(message(text, context_id=context_id))]
     assert event.HasField("task"), event
     return event.task
-
-
-def answer(task: Task) -> str:
-    return "".join(p.text for a in task.artifacts for p in a.parts)
 
 
 def status_text(task: Task) -> str:
@@ -169,7 +145,7 @@ async def test_a_context_goes_on_on_the_other_node_and_its_tasks_are_found_there
     async with a2a_client(n1) as one, a2a_client(n2) as two:
         first = await send(one, "add 2 3")
         assert first.status.state == TaskState.TASK_STATE_COMPLETED
-        assert answer(first) == "the sum is 5"
+        assert task_text(first) == "the sum is 5"
         context_id = first.context_id
 
         # The next message of the context lands on the other node: same session, its
@@ -177,14 +153,14 @@ async def test_a_context_goes_on_on_the_other_node_and_its_tasks_are_found_there
         second = await send(two, "what was the sum?", context_id)
         assert second.status.state == TaskState.TASK_STATE_COMPLETED
         assert second.context_id == context_id
-        assert answer(second) == "it was 5"
+        assert task_text(second) == "it was 5"
         assert await n2.metric("gateway_sessions_adopted_total") == 1
 
         # Back and forth: each node goes on from where the other left the context.
         third = await send(one, "add 10 20", context_id)
-        assert answer(third) == "the sum is 30"
+        assert task_text(third) == "the sum is 30"
         fourth = await send(two, "what was the sum?", context_id)
-        assert answer(fourth) == "it was 30"
+        assert task_text(fourth) == "it was 30"
         assert await n1.metric("gateway_sessions_adopted_total") == 1
         assert await n2.metric("gateway_sessions_adopted_total") == 2
 
@@ -193,7 +169,7 @@ async def test_a_context_goes_on_on_the_other_node_and_its_tasks_are_found_there
             fetched = await client.get_task(GetTaskRequest(id=task.id))
             assert fetched.status.state == TaskState.TASK_STATE_COMPLETED
             assert fetched.context_id == context_id
-            assert answer(fetched) == answer(task)
+            assert task_text(fetched) == task_text(task)
         with pytest.raises(TaskNotFoundError):
             await two.get_task(GetTaskRequest(id=uuid.uuid4().hex))
 
@@ -218,7 +194,7 @@ async def test_a_context_and_its_tasks_are_their_callers_only_on_every_node(
             await theirs.cancel_task(CancelTaskRequest(id=first.id))
     async with a2a_client(n2) as mine_there:  # the context is intact for its caller
         second = await send(mine_there, "what was the sum?", first.context_id)
-        assert answer(second) == "it was 5"
+        assert task_text(second) == "it was 5"
 
 
 async def test_a_task_is_cancelled_on_the_node_running_it_only(cluster: Cluster) -> None:
@@ -264,7 +240,7 @@ async def test_a_message_on_another_node_takes_the_context_from_its_running_task
         # Not refused as busy (that is one node's table): the session moves to node 2.
         second = await send(elsewhere, "echo me", first_task.context_id)
         assert second.status.state == TaskState.TASK_STATE_COMPLETED
-        assert answer(second) == "me"
+        assert task_text(second) == "me"
         async with asyncio.timeout(WAIT):
             await reading
         last = seen[-1].status_update.status

@@ -9,7 +9,6 @@ import logging
 import re
 import sys
 import textwrap
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,16 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client
 from a2a.client.errors import A2AClientError
 from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
     SendMessageRequest,
     StreamResponse,
     Task,
@@ -42,6 +38,7 @@ from gateway.core.transcript import UserTurn
 from gateway.edge.a2a_server import BoundedTaskStore
 from gateway.edge.a2a_session import NO_APP
 from gateway.wire.v1 import ResponseDone, ToolStatus
+from tests.a2a_support import card_client, message, task_text
 from tests.data.tools import gate, reset_gates
 from tests.support import Gateway, say, serving, session, streamed_text
 
@@ -160,26 +157,8 @@ async def a2a_gateway(tmp_path: Path, **overrides: Any) -> AsyncIterator[Gateway
 async def a2a_client(
     gw: Gateway, *, key: str | None = KEY, streaming: bool = True
 ) -> AsyncIterator[Client]:
-    """The SDK's client, made from the card the gateway serves (read without a key)."""
-    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
-    async with httpx.AsyncClient(headers=headers, timeout=30, trust_env=False) as http:
-        card = await A2ACardResolver(http, base_url(gw)).get_agent_card()
-        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+    async with card_client(base_url(gw), key, streaming=streaming) as client:
         yield client
-
-
-def message(text: str, *, context_id: str = "", skill: str | None = None) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=uuid.uuid4().hex,
-            context_id=context_id,
-            parts=[Part(text=text)],
-            # A2A has no field for the skill: the metadata carries it, as the gateway's own
-            # A2A tools send it.
-            metadata={"skill_id": skill} if skill is not None else None,
-        )
-    )
 
 
 async def events_of(client: Client, request: SendMessageRequest) -> list[StreamResponse]:
@@ -209,10 +188,6 @@ def chunks(events: list[StreamResponse]) -> list[str]:
         for e in events
         if e.HasField("artifact_update")
     ]
-
-
-def task_text(task: Task) -> str:
-    return "".join(p.text for a in task.artifacts for p in a.parts)
 
 
 def statuses(events: list[StreamResponse]) -> list[str]:
