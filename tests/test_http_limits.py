@@ -8,10 +8,12 @@ import json
 import resource
 import socket
 import tracemalloc
+from typing import Any
 
 import httpx
 import pytest
 import websockets
+from structlog.testing import capture_logs
 
 from gateway.wire.v1 import SUBPROTOCOL
 from tests.support import say, serving, session, streamed_text
@@ -218,3 +220,31 @@ async def test_an_idle_keep_alive_connection_is_closed():
         finally:
             sock.close()
     assert held < 5
+
+
+@pytest.mark.parametrize("path", ["/a2a", "/v1/tools/add/test"])
+async def test_a_client_gone_mid_body_is_no_error_of_the_gateway(path: str) -> None:
+    """Half a body, then the socket goes: the request ends quietly (logged at info, not an
+    error with a traceback) and the gateway goes on serving."""
+    gone = asyncio.Event()
+
+    def watch(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event["event"] == "client_gone_mid_request":
+            gone.set()
+        return event
+
+    async with serving(a2a=True) as gateway:
+        with capture_logs(processors=[watch]) as logs:
+            _, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                "Content-Length: 1000\r\n\r\n".encode()
+                + b'{"jsonrpc": "2.0", "id": 1,'
+            )
+            await writer.drain()
+            writer.transport.abort()
+            async with asyncio.timeout(10):
+                await gone.wait()
+        assert not [e for e in logs if e["log_level"] in ("error", "critical")]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http:
+            assert (await http.get("/healthz")).status_code == 200

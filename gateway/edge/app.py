@@ -9,7 +9,7 @@ from pathlib import Path
 import structlog
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
@@ -22,7 +22,7 @@ from gateway.agent.workbench import describe_agent, describe_tools, run_tool_alo
 from gateway.auth.origin import OriginGuard
 from gateway.config import Config
 from gateway.edge.auth_http import auth_routes, guard_bearer, guard_tool_test
-from gateway.edge.body import BodyTooLarge, body_too_large, read_body
+from gateway.edge.body import BodyTooLarge, body_too_large, client_gone, read_body
 from gateway.edge.openai_endpoint import OPENAI_REALTIME_PATH, openai_realtime_endpoint
 from gateway.edge.sessions_http import session_routes
 from gateway.edge.usage_http import usage_routes
@@ -167,7 +167,7 @@ def create_app(config: Config, *, agent: Agent | None = None) -> Starlette:
     app = GatewayApp(
         routes=routes,
         middleware=[Middleware(OriginGuard, policy=runtime.origins)],
-        exception_handlers={BodyTooLarge: body_too_large},
+        exception_handlers={BodyTooLarge: body_too_large, ClientDisconnect: client_gone},
     )
     app.state.runtime = runtime
     return app

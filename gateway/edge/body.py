@@ -9,10 +9,13 @@ connection, so the rest of the body is never read.
 
 from __future__ import annotations
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-__all__ = ["BodyTooLarge", "body_too_large", "read_body"]
+log = structlog.get_logger("gateway.app")
+
+__all__ = ["BodyTooLarge", "body_too_large", "client_gone", "read_body"]
 
 
 class BodyTooLarge(Exception):
@@ -52,3 +55,11 @@ async def body_too_large(request: Request, exc: Exception) -> Response:
         status_code=413,
         headers={"connection": "close"},
     )
+
+
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """Starlette exception handler for ``ClientDisconnect``: the client went away before
+    its body was whole. Nobody is left to answer, and it is no failure of the gateway's
+    (not an error with a traceback): logged at info, and an empty 400 for the record."""
+    log.info("client_gone_mid_request", path=request.url.path)
+    return Response(status_code=400)
